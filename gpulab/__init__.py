@@ -1,0 +1,28 @@
+"""gpulab: measure how well PyTorch code uses a GPU - time it, count its FLOPs, watch the device, get MFU.
+
+    import gpulab as gl
+    dev = gl.get_device()                      # what this machine is, with datasheet peaks
+    m = gl.benchmark(lambda: a @ b)            # median and IQR, CUDA events on a GPU
+    with gl.Monitor() as mon: train()          # NVML + GPM utilization timeline
+    cmp = gl.before_after(slow, fast, name="bf16", flops=f, dtype="bf16")
+"""
+from . import flops, plots
+from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
+from .experiment import Claim, Comparison, RunResult, before_after, measure
+from .flops import count_flops, mfu
+from .monitor import Monitor, Trace
+from .profiling import find_syncs, profile
+from .results import NotebookResult, load_reference, load_result
+from .timing import Measurement, benchmark, compare
+
+__all__ = [
+    "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
+    "Measurement", "benchmark", "compare",
+    "flops", "count_flops", "mfu",
+    "Monitor", "Trace",
+    "profile", "find_syncs",
+    "Claim", "Comparison", "RunResult", "before_after", "measure",
+    "NotebookResult", "load_result", "load_reference",
+    "plots",
+]
+__version__ = "0.1.0"

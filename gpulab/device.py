@@ -1,0 +1,339 @@
+"""What machine this is: device facts, datasheet peaks and measured peaks."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_dtype(dtype: str, allowed: tuple[str, ...] = DTYPES, name: str = "dtype") -> str:
+    """Return `dtype` normalised, or raise ValueError naming the parameter and the allowed values."""
+    aliases = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+               "float8": "fp8", "float8_e4m3fn": "fp8"}
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    key = aliases.get(str(dtype).lower(), str(dtype).lower())
+    if key not in allowed:
+        raise ValueError(f"{name}={dtype!r} is not supported; allowed: {', '.join(allowed)}")
+    return key
+
+
+@dataclass(frozen=True)
+class PeakSpec:
+    """Datasheet dense peaks of one GPU model: TFLOP/s per dtype and memory bandwidth in GB/s."""
+
+    model: str
+    tflops: dict[str, float]
+    bandwidth_gbs: float
+    source: str
+
+
+def _spec(model: str, fp32: float, tf32: float | None, bf16: float | None, fp16: float,
+          fp8: float | None, bw: float, source: str) -> PeakSpec:
+    tflops = {"fp32": fp32, "tf32": tf32, "bf16": bf16, "fp16": fp16, "fp8": fp8}
+    return PeakSpec(model, {k: v for k, v in tflops.items() if v is not None}, bw, source)
+
+
+# Dense (not 2:4 sparse) tensor-core peaks. NVIDIA datasheets print sparse figures with an asterisk;
+# those are halved here. GeForce figures are "FP32 accumulate", the mode PyTorch uses.
+# Order matters: the first pattern that matches the device name wins.
+PEAK_TABLE: list[tuple[str, PeakSpec]] = [
+    (r"H200", _spec("H200 SXM", 67, 494.7, 989.4, 989.4, 1978.9, 4800,
+                    "https://www.nvidia.com/en-us/data-center/h200/ (datasheet, sparse/2)")),
+    (r"H100.*NVL", _spec("H100 NVL", 60, 417.5, 835.5, 835.5, 1670.5, 3900,
+                         "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, NVL column, sparse/2)")),
+    (r"H100.*PCIe", _spec("H100 PCIe", 51, 378, 756, 756, 1513, 2000,
+                          "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, PCIe column, sparse/2)")),
+    (r"H100", _spec("H100 SXM", 67, 494.7, 989.4, 989.4, 1978.9, 3350,
+                    "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, SXM column, sparse/2)")),
+    (r"A100.*80GB.*PCIe|A100.*PCIE.*80GB", _spec("A100 80GB PCIe", 19.5, 156, 312, 312, None, 1935,
+                                                 "https://www.nvidia.com/en-us/data-center/a100/ (datasheet)")),
+    (r"A100.*80GB", _spec("A100 80GB SXM", 19.5, 156, 312, 312, None, 2039,
+                          "https://www.nvidia.com/en-us/data-center/a100/ (datasheet)")),
+    (r"A100", _spec("A100 40GB", 19.5, 156, 312, 312, None, 1555,
+                    "https://www.nvidia.com/en-us/data-center/a100/ (datasheet, 40GB)")),
+    (r"L40S", _spec("L40S", 91.6, 183, 362, 362, 733, 864,
+                    "https://www.nvidia.com/en-us/data-center/l40s/ (datasheet, sparse/2)")),
+    (r"\bL4\b", _spec("L4", 30.3, 60, 121, 121, 242.5, 300,
+                      "https://www.nvidia.com/en-us/data-center/l4/ (datasheet, sparse/2)")),
+    (r"\bA10\b", _spec("A10", 31.2, 62.5, 125, 125, None, 600,
+                       "https://www.nvidia.com/en-us/data-center/products/a10-gpu/ (datasheet)")),
+    (r"RTX 4090", _spec("GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 330.3, 1008,
+                        "NVIDIA Ada Lovelace architecture whitepaper, table 2 (FP32 accumulate, dense)")),
+    (r"RTX 3090", _spec("GeForce RTX 3090", 35.6, 35.6, 71, 71, None, 936,
+                        "NVIDIA Ampere GA102 architecture whitepaper, table 9 (FP32 accumulate, dense)")),
+    (r"T4\b", _spec("T4", 8.1, None, None, 65, None, 320,
+                    "https://www.nvidia.com/en-us/data-center/tesla-t4/ (datasheet; no TF32/BF16 tensor cores)")),
+    (r"V100.*PCI", _spec("V100 PCIe", 14, None, None, 112, None, 900,
+                         "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf")),
+    (r"V100", _spec("V100 SXM2", 15.7, None, None, 125, None, 900,
+                    "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf")),
+]
+
+
+def lookup_peaks(name: str) -> PeakSpec | None:
+    """Datasheet peaks for a GPU name as CUDA reports it, or None for a GPU not in the table."""
+    for pattern, spec in PEAK_TABLE:
+        if re.search(pattern, name, flags=re.IGNORECASE):
+            return spec
+    return None
+
+
+def slugify(name: str) -> str:
+    """A folder-safe name for a device: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Facts about the device the course runs on (a CUDA GPU, or the CPU as a fallback)."""
+
+    kind: str  # "cuda" or "cpu"
+    name: str
+    index: int | None = None
+    capability: tuple[int, int] | None = None
+    sm_count: int | None = None
+    memory_gb: float | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    driver: str | None = None
+    torch_version: str = torch.__version__
+    cuda_version: str | None = torch.version.cuda
+    cpu_cores: int = os.cpu_count() or 1
+    peaks: PeakSpec | None = None
+    note: str = ""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.kind == "cuda"
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.name) if self.is_cuda else "cpu"
+
+    @property
+    def torch_device(self) -> torch.device:
+        return torch.device("cuda", self.index) if self.is_cuda else torch.device("cpu")
+
+    def datasheet_tflops(self, dtype: str) -> float | None:
+        """The datasheet dense peak for `dtype`, or None (unknown GPU, no such tensor core, or a CPU)."""
+        dtype = check_dtype(dtype)
+        return self.peaks.tflops.get(dtype) if self.peaks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["slug"] = self.slug
+        d["capability"] = list(self.capability) if self.capability else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        if d.get("capability"):
+            d["capability"] = tuple(d["capability"])
+        if d.get("peaks"):
+            d["peaks"] = PeakSpec(**d["peaks"])
+        return cls(**d)
+
+    def _repr_html_(self) -> str:
+        rows = [("device", self.name), ("torch", self.torch_version), ("CPU cores", self.cpu_cores)]
+        if self.is_cuda:
+            rows += [("compute capability", ".".join(map(str, self.capability or ()))),
+                     ("SMs", self.sm_count), ("memory", f"{self.memory_gb:.1f} GB"), ("driver", self.driver)]
+            if self.peaks:
+                rows += [(f"datasheet {k.upper()}", f"{v:g} TFLOP/s") for k, v in self.peaks.tflops.items()]
+                rows += [("datasheet memory bandwidth", f"{self.peaks.bandwidth_gbs:g} GB/s"),
+                         ("peaks source", self.peaks.source)]
+        if self.note:
+            rows.append(("note", self.note))
+        body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"
+                       for k, v in rows)
+        return f"<table>{body}</table>"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})" + (f" - {self.note}" if self.note else "")
+
+
+def _driver_version() -> str | None:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else v
+    except Exception:  # NVML missing or unusable: the driver version is only informative
+        return None
+
+
+def get_device(index: int | None = None) -> DeviceInfo:
+    """Describe the current CUDA device, or the CPU when there is none."""
+    if index is not None and (not isinstance(index, int) or index < 0):
+        raise ValueError(f"index={index!r} must be a non-negative int or None")
+    if not torch.cuda.is_available():
+        return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine() or "CPU",
+                          note="no CUDA GPU: GPU-only steps are skipped; compare with the reference GPU's numbers")
+    index = torch.cuda.current_device() if index is None else index
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"index={index} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    p = torch.cuda.get_device_properties(index)
+    peaks = lookup_peaks(p.name)
+    note = "" if peaks else (f"'{p.name}' is not in gpulab's peak table: MFU against the datasheet is unavailable; "
+                             "use measure_peaks() for a measured peak")
+    uuid = str(getattr(p, "uuid", "")) or None
+    if uuid and not uuid.startswith("GPU-"):
+        uuid = f"GPU-{uuid}"
+    pci = None
+    if hasattr(p, "pci_bus_id"):
+        pci = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+    return DeviceInfo(kind="cuda", name=p.name, index=index, capability=(p.major, p.minor),
+                      sm_count=p.multi_processor_count, memory_gb=p.total_memory / 1e9, uuid=uuid,
+                      pci_bus_id=pci, driver=_driver_version(), peaks=peaks, note=note)
+
+
+@dataclass
+class MeasuredPeaks:
+    """Achievable matmul TFLOP/s per dtype and copy bandwidth, measured on this device."""
+
+    device: str
+    tflops: dict[str, float] = field(default_factory=dict)
+    copy_gbs: float | None = None
+    matmul_size: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MeasuredPeaks:
+        return cls(**d)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{k.upper()} matmul</td><td>{v:,.1f} TFLOP/s</td></tr>" for k, v in self.tflops.items())
+        if self.copy_gbs:
+            rows += f"<tr><td>device copy</td><td>{self.copy_gbs:,.0f} GB/s</td></tr>"
+        notes = "".join(f"<li>{n}</li>" for n in self.notes)
+        return (f"<b>Measured on {self.device}</b> (matmul {self.matmul_size}³)<table>{rows}</table>"
+                + (f"<ul>{notes}</ul>" if notes else ""))
+
+
+_PEAK_CACHE: dict[str, MeasuredPeaks] = {}
+
+
+def _fp8_matmul_fn(n: int, device: torch.device):
+    """A callable doing an n³ FP8 matmul through torch._scaled_mm, or None where FP8 is unavailable."""
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return None
+    a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major second operand
+    one = torch.tensor(1.0, device=device)
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def matmul_tflops(n: int, dtype: str, device: torch.device | None = None, min_time_s: float = 0.3) -> float:
+    """Measured TFLOP/s of an n×n×n matmul in `dtype` on `device` (random inputs, warm-up, median)."""
+    from .timing import benchmark
+
+    dtype = check_dtype(dtype)
+    if n <= 0:
+        raise ValueError(f"n={n} must be > 0")
+    device = device or get_device().torch_device
+    if dtype == "fp8":
+        fn = _fp8_matmul_fn(n, device) if device.type == "cuda" else None
+        if fn is None:
+            raise ValueError("dtype='fp8' needs torch._scaled_mm on a CUDA GPU with FP8 tensor cores (sm_89+)")
+        return 2 * n**3 / benchmark(fn, min_time_s=min_time_s).median / 1e12
+    a = torch.randn(n, n, device=device, dtype=_TORCH_DTYPES[dtype])
+    b = torch.randn(n, n, device=device, dtype=_TORCH_DTYPES[dtype])
+    with float32_matmul_precision("high" if dtype == "tf32" else "highest"):
+        m = benchmark(lambda: a @ b, min_time_s=min_time_s)
+    return 2 * n**3 / m.median / 1e12
+
+
+class float32_matmul_precision:
+    """Context manager: FP32 matmuls in TF32 ('high') or true FP32 ('highest'), restored on exit."""
+
+    def __init__(self, precision: str):
+        if precision not in ("highest", "high", "medium"):
+            raise ValueError(f"precision={precision!r}; allowed: highest, high, medium")
+        self.precision = precision
+
+    def __enter__(self):
+        self._old = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.precision)
+        return self
+
+    def __exit__(self, *exc):
+        torch.set_float32_matmul_precision(self._old)
+
+
+def copy_bandwidth_gbs(nbytes: int, device: torch.device | None = None, min_time_s: float = 0.3) -> float:
+    """Measured device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    from .timing import benchmark
+
+    if nbytes <= 0:
+        raise ValueError(f"nbytes={nbytes} must be > 0")
+    device = device or get_device().torch_device
+    src = torch.randn(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    m = benchmark(lambda: dst.copy_(src), min_time_s=min_time_s)
+    return 2 * src.numel() * 4 / m.median / 1e9
+
+
+def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, refresh: bool = False,
+                  dtypes: tuple[str, ...] = DTYPES) -> MeasuredPeaks:
+    """Measure achievable matmul TFLOP/s per dtype and copy bandwidth; cached per device for this process."""
+    device = device or get_device()
+    for d in dtypes:
+        check_dtype(d, name="dtypes")
+    if size is not None and size <= 0:
+        raise ValueError(f"size={size} must be > 0")
+    key = f"{device.slug}:{device.index}:{size}:{','.join(dtypes)}"
+    if key in _PEAK_CACHE and not refresh:
+        return _PEAK_CACHE[key]
+    n = size or (8192 if device.is_cuda else 512)
+    out = MeasuredPeaks(device=device.name, matmul_size=n)
+    for d in dtypes:
+        if not device.is_cuda and d in ("tf32", "fp8"):
+            out.notes.append(f"{d.upper()} skipped: it needs a CUDA GPU with tensor cores")
+            continue
+        if device.is_cuda and d == "tf32" and device.capability < (8, 0):
+            out.notes.append("TF32 skipped: tensor cores with TF32 arrive with Ampere (sm_80)")
+            continue
+        if d == "fp8" and device.capability < (8, 9):
+            out.notes.append("FP8 skipped: FP8 tensor cores arrive with Ada/Hopper (sm_89+)")
+            continue
+        if d == "bf16" and device.is_cuda and not torch.cuda.is_bf16_supported():
+            out.notes.append("BF16 skipped: not supported on this GPU")
+            continue
+        try:
+            out.tflops[d] = matmul_tflops(n, d, device.torch_device)
+        except Exception as e:  # an unsupported kernel on some GPU must not stop the others
+            out.notes.append(f"{d.upper()} failed: {type(e).__name__}: {e}"[:200])
+    out.copy_gbs = copy_bandwidth_gbs((1 << 30) if device.is_cuda else (64 << 20), device.torch_device)
+    if device.is_cuda:
+        torch.cuda.empty_cache()
+    _PEAK_CACHE[key] = out
+    return out
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for queued GPU work; a no-op on the CPU."""
+    if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
+        torch.cuda.synchronize(device)
+
+
+def describe_peak(device: DeviceInfo, dtype: str, measured: MeasuredPeaks | None = None) -> str:
+    """One line saying which peak an MFU is against."""
+    dtype = check_dtype(dtype)
+    parts = []
+    ds = device.datasheet_tflops(dtype)
+    parts.append(f"datasheet {dtype.upper()} {ds:g} TFLOP/s" if ds else f"no datasheet {dtype.upper()} peak")
+    if measured and dtype in measured.tflops:
+        parts.append(f"measured {measured.tflops[dtype]:.0f} TFLOP/s")
+    return "; ".join(parts)

@@ -1,0 +1,298 @@
+"""The before/after harness: time, FLOPs, monitor and (optionally) profile two versions of one workload."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
+from .flops import mfu as _mfu
+from .monitor import Monitor, Trace
+from .profiling import ProfileSummary, profile as _profile
+from .timing import Measurement, Speedup, benchmark, compare, fmt_time
+
+
+@dataclass
+class RunResult:
+    """One side of an experiment: its timing, the FLOPs it does and what the device showed meanwhile."""
+
+    label: str
+    measurement: Measurement
+    flops: float | None = None  # per call
+    dtype: str | None = None  # the dtype of its matmuls: picks the peak for MFU
+    peak_tflops: float | None = None  # datasheet dense peak for dtype
+    measured_peak_tflops: float | None = None
+    items: float | None = None  # samples (or tokens) per call, for throughput
+    item_name: str = "samples"
+    trace: Trace | None = None
+    profile: ProfileSummary | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.measurement.median
+
+    @property
+    def tflops(self) -> float | None:
+        return self.flops / self.seconds / 1e12 if self.flops else None
+
+    @property
+    def mfu(self) -> float | None:
+        """MFU against the datasheet dense peak for `dtype` (None when that peak is unknown)."""
+        return _mfu(self.flops, self.seconds, self.peak_tflops) if self.flops and self.peak_tflops else None
+
+    @property
+    def mfu_measured_peak(self) -> float | None:
+        """Achieved FLOP/s over the peak measured on this device for `dtype`."""
+        if not (self.flops and self.measured_peak_tflops):
+            return None
+        return _mfu(self.flops, self.seconds, self.measured_peak_tflops)
+
+    @property
+    def throughput(self) -> float | None:
+        return self.items / self.seconds if self.items else None
+
+    def metric(self, name: str) -> float | None:
+        return self.trace.mean(name) if self.trace else None
+
+    def summary(self) -> dict[str, Any]:
+        p = self.profile.summary() if self.profile else {}
+        return {"label": self.label, "median_ms": self.seconds * 1e3, "iqr_ms": self.measurement.iqr * 1e3,
+                "noisy": self.measurement.noisy, "flops": self.flops, "tflops": self.tflops, "dtype": self.dtype,
+                "peak_tflops": self.peak_tflops, "mfu": self.mfu, "mfu_measured_peak": self.mfu_measured_peak,
+                "throughput": self.throughput, "item_name": self.item_name,
+                "nvml_util": self.metric("nvml_util"), "gpm_sm_active": self.metric("gpm_sm_active"),
+                "gpm_tensor_active": self.metric("gpm_tensor_active"), "busy_fraction": p.get("busy_fraction"),
+                "kernels_per_step": p.get("kernels_per_step"), "syncs_per_step": p.get("syncs_per_step")}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "measurement": self.measurement.to_dict(),
+                "trace": self.trace.to_dict() if self.trace else None,
+                "profile": self.profile.to_dict() if self.profile else None,
+                "items": self.items, "measured_peak_tflops": self.measured_peak_tflops}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        s = d["summary"]
+        return cls(label=s["label"], measurement=Measurement.from_dict(d["measurement"]), flops=s.get("flops"),
+                   dtype=s.get("dtype"), peak_tflops=s.get("peak_tflops"),
+                   measured_peak_tflops=d.get("measured_peak_tflops"), items=d.get("items"),
+                   item_name=s.get("item_name", "samples"),
+                   trace=Trace.from_dict(d["trace"]) if d.get("trace") else None,
+                   profile=ProfileSummary.from_dict(d["profile"]) if d.get("profile") else None)
+
+
+def _pct(x: float | None, scale: float = 100.0) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.1f}%"
+
+
+def _num(x: float | None, fmt: str = "{:,.1f}") -> str:
+    return "n/a" if x is None else fmt.format(x)
+
+
+@dataclass
+class Comparison:
+    """A before/after experiment: both runs, the speedup and whether it is outside the noise."""
+
+    name: str
+    before: RunResult
+    after: RunResult
+    device: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def speed(self) -> Speedup:
+        return compare(self.before.measurement, self.after.measurement)
+
+    @property
+    def speedup(self) -> float:
+        """before time / after time: 2.0 means the after version takes half the time."""
+        return self.speed.ratio
+
+    @property
+    def within_noise(self) -> bool:
+        return self.speed.within_noise
+
+    @property
+    def verdict(self) -> str:
+        return self.speed.verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "before": self.before.to_dict(), "after": self.after.to_dict(),
+                "speedup": self.speedup, "within_noise": self.within_noise, "verdict": self.verdict,
+                "device": self.device, "notes": self.notes}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Comparison:
+        return cls(name=d["name"], before=RunResult.from_dict(d["before"]), after=RunResult.from_dict(d["after"]),
+                   device=d.get("device", ""), notes=d.get("notes", []))
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        b, a = self.before, self.after
+        rows = [("time per call", f"{fmt_time(b.seconds)} ± {fmt_time(b.measurement.iqr)}",
+                 f"{fmt_time(a.seconds)} ± {fmt_time(a.measurement.iqr)}")]
+        if b.throughput or a.throughput:
+            rows.append((f"{b.item_name}/s", _num(b.throughput), _num(a.throughput)))
+        if b.flops or a.flops:
+            rows.append(("TFLOP/s", _num(b.tflops, "{:,.2f}"), _num(a.tflops, "{:,.2f}")))
+            rows.append(("MFU (datasheet peak)", _pct(b.mfu), _pct(a.mfu)))
+            if b.measured_peak_tflops or a.measured_peak_tflops:
+                rows.append(("MFU (measured peak)", _pct(b.mfu_measured_peak), _pct(a.mfu_measured_peak)))
+        for metric, label in (("nvml_util", "GPU busy, NVML"), ("gpm_sm_active", "SM active, GPM"),
+                              ("gpm_tensor_active", "tensor active, GPM")):
+            bv, av = b.metric(metric), a.metric(metric)
+            if bv is not None or av is not None:
+                rows.append((label, _pct(bv, 1), _pct(av, 1)))
+        if b.profile or a.profile:
+            bp = b.profile.summary() if b.profile else {}
+            ap = a.profile.summary() if a.profile else {}
+            rows.append(("GPU busy, profiler trace", _pct(bp.get("busy_fraction")), _pct(ap.get("busy_fraction"))))
+            rows.append(("kernels per call", _num(bp.get("kernels_per_step")), _num(ap.get("kernels_per_step"))))
+            rows.append(("syncs per call", _num(bp.get("syncs_per_step")), _num(ap.get("syncs_per_step"))))
+        return rows
+
+    def __repr__(self) -> str:
+        lines = [f"{self.name}: {self.verdict}"] + [f"  {k:<26} {b:>22}  ->  {a}" for k, b, a in self.rows()]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><td style='text-align:left'>{k}</td><td>{b}</td><td>{a}</td></tr>"
+                       for k, b, a in self.rows())
+        color = "#666" if self.within_noise else ("#1a7f37" if self.speedup >= 1 else "#b42318")
+        notes = "".join(f"<li>{n}</li>" for n in self.notes)
+        return (f"<div><b>{self.name}</b> on {self.device}: <span style='color:{color}'><b>{self.verdict}</b></span>"
+                f"<table><tr><th></th><th>{self.before.label}</th><th>{self.after.label}</th></tr>{body}</table>"
+                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+
+
+def default_min_time(device: DeviceInfo) -> float:
+    """Timed seconds per side: 1 s on a GPU (GPM needs about a second to be reliable), 0.2 s on a CPU."""
+    return 1.0 if device.is_cuda else 0.2
+
+
+def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = None, dtype: str | None = None,
+            items: float | None = None, item_name: str = "samples", min_time_s: float | None = None,
+            monitor: bool = True, profile: bool = False, device: DeviceInfo | None = None,
+            peaks: MeasuredPeaks | None = None) -> RunResult:
+    """Time `fn()` under the monitor (and optionally the profiler) and return a RunResult.
+
+    Args:
+        flops: FLOPs per call (from `count_flops` or a formula), for TFLOP/s and MFU.
+        dtype: the dtype the matmuls run in ("fp32", "tf32", "bf16", "fp16", "fp8"); picks the peak.
+        items: samples or tokens per call, for throughput.
+        peaks: measured peaks (from `measure_peaks`) for MFU against a measured peak too.
+    """
+    device = device or get_device()
+    if dtype is not None:
+        dtype = check_dtype(dtype)
+    if flops is not None and flops <= 0:
+        raise ValueError(f"flops={flops} must be > 0 (or None)")
+    if items is not None and items <= 0:
+        raise ValueError(f"items={items} must be > 0 (or None)")
+    min_time_s = min_time_s or default_min_time(device)
+    fn()  # first call outside the monitor window: compilation and allocation are not steady state
+    synchronize()
+    trace = None
+    if monitor:
+        with Monitor(device) as mon:
+            m = benchmark(fn, label=label, min_time_s=min_time_s, device=device.torch_device)
+        trace = mon.trace
+    else:
+        m = benchmark(fn, label=label, min_time_s=min_time_s, device=device.torch_device)
+    prof = _profile(fn, steps=3, warmup=0) if profile else None
+    return RunResult(label=label or m.label, measurement=m, flops=flops, dtype=dtype,
+                     peak_tflops=device.datasheet_tflops(dtype) if dtype else None,
+                     measured_peak_tflops=peaks.tflops.get(dtype) if peaks and dtype else None,
+                     items=items, item_name=item_name, trace=trace, profile=prof)
+
+
+def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: str,
+                 before_label: str = "before", after_label: str = "after",
+                 flops: float | None = None, after_flops: float | None = None,
+                 dtype: str | None = None, after_dtype: str | None = None,
+                 items: float | None = None, after_items: float | None = None, item_name: str = "samples",
+                 min_time_s: float | None = None, monitor: bool = True, profile: bool = False,
+                 device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None) -> Comparison:
+    """Run `before` and `after` through the same harness and compare them.
+
+    `flops`, `dtype` and `items` apply to both sides unless an `after_*` value is given (e.g. a bf16 after).
+    """
+    if not name:
+        raise ValueError("name must be a non-empty string")
+    device = device or get_device()
+    common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
+                  peaks=peaks)
+    b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, **common)
+    a = measure(after, label=after_label, flops=after_flops or flops, dtype=after_dtype or dtype,
+                items=after_items or items, **common)
+    return Comparison(name=name, before=b, after=a, device=device.name)
+
+
+@dataclass
+class Claim:
+    """A quantitative claim of the guide, its expected range, what we measured, and a verdict.
+
+    The verdict comes out of the measurement: "confirmed" inside [low, high], "refuted" outside,
+    "not tested" when this machine cannot test it (with the reason).
+    """
+
+    text: str
+    low: float | None = None
+    high: float | None = None
+    unit: str = "x"
+    source: str = ""
+    measured: float | None = None
+    verdict: str = "not tested"
+    note: str = ""
+
+    def __post_init__(self):
+        if self.low is None and self.high is None:
+            raise ValueError("a Claim needs low and/or high: the range the claim predicts")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low={self.low} must be <= high={self.high}")
+
+    @property
+    def expected(self) -> str:
+        u = "" if self.unit in ("x", "%") else f" {self.unit}"
+        sfx = "x" if self.unit == "x" else ("%" if self.unit == "%" else "")
+        if self.low is not None and self.high is not None:
+            return f"{self.low:g}–{self.high:g}{sfx}{u}"
+        return f">= {self.low:g}{sfx}{u}" if self.low is not None else f"<= {self.high:g}{sfx}{u}"
+
+    def check(self, measured: float | None, note: str = "") -> Claim:
+        """Set the measured value and the verdict it implies; returns self for display."""
+        if measured is None or (isinstance(measured, float) and math.isnan(measured)):
+            return self.untestable(note or "no measurement")
+        self.measured = float(measured)
+        ok = (self.low is None or measured >= self.low) and (self.high is None or measured <= self.high)
+        self.verdict = "confirmed" if ok else "refuted"
+        self.note = note
+        return self
+
+    def untestable(self, reason: str) -> Claim:
+        """Mark the claim as not testable here, saying why."""
+        self.measured, self.verdict, self.note = None, "not tested", reason
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "expected": self.expected, "low": self.low, "high": self.high,
+                "unit": self.unit, "measured": self.measured, "verdict": self.verdict, "source": self.source,
+                "note": self.note}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Claim:
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    def _measured_str(self) -> str:
+        if self.measured is None:
+            return "—"
+        return f"{self.measured:.3g}" + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self.unit}")
+
+    def __repr__(self) -> str:
+        return (f"Claim({self.text!r}: expected {self.expected}, measured {self._measured_str()} -> {self.verdict}"
+                + (f"; {self.note}" if self.note else "") + ")")
+
+    def _repr_html_(self) -> str:
+        color = {"confirmed": "#1a7f37", "refuted": "#b42318"}.get(self.verdict, "#666")
+        return (f"<div>{self.source + ': ' if self.source else ''}<i>“{self.text}”</i> — expected {self.expected}, "
+                f"measured {self._measured_str()}: <b style='color:{color}'>{self.verdict.upper()}</b>"
+                + (f" <small>({self.note})</small>" if self.note else "") + "</div>")

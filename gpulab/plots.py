@@ -1,0 +1,200 @@
+"""Matplotlib figures drawn only from result objects (or their loaded JSON); nothing here measures."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import matplotlib.pyplot as plt
+
+from .experiment import Comparison
+from .monitor import METRICS, Trace
+
+BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
+
+
+def _cmp(c: Comparison | dict[str, Any]) -> Comparison:
+    return c if isinstance(c, Comparison) else Comparison.from_dict(c)
+
+
+def _no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True)
+
+
+def timeline(*items: Comparison | dict | tuple[str, Trace],
+             metrics: Sequence[str] = ("nvml_util", "gpm_sm_active", "gpm_tensor_active"), title: str = ""):
+    """Utilization over time: before vs after of a comparison, or any (label, trace) pairs, one panel a metric."""
+    series: list[tuple[str, Trace | None, str]] = []
+    for it in items:
+        if isinstance(it, tuple):
+            series.append((it[0], it[1], None))
+        else:
+            c = _cmp(it)
+            series += [(f"{c.before.label}", c.before.trace, BEFORE), (f"{c.after.label}", c.after.trace, AFTER)]
+            title = title or c.name
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(9, 2.1 * len(metrics)), sharex=True, squeeze=False)
+    for ax, metric in zip(axes[:, 0], metrics):
+        drew = False
+        for label, tr, color in series:
+            pts = tr.series.get(metric, []) if tr else []
+            if pts:
+                xs, ys = zip(*pts)
+                kw = {"drawstyle": "steps-post"} if metric.startswith("nvml") else {"marker": "o"}
+                ax.plot(xs, ys, label=label, color=color, **kw)
+                drew = True
+        if not drew:
+            why = next((tr.available.get(metric) for _, tr, _ in series if tr and metric in tr.available), None)
+            _no_data(ax, f"{METRICS.get(metric, metric)}: {why or 'not recorded'}")
+        ax.set_ylabel(METRICS.get(metric, metric).replace(" (", "\n("), fontsize=8)
+        if metric not in ("mem_used_gb", "power_w", "sm_clock_mhz"):
+            ax.set_ylim(-3, 105)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc="lower right", fontsize=8)
+    axes[-1, 0].set_xlabel("seconds since the monitor started")
+    fig.suptitle(title or "utilization timeline")
+    fig.tight_layout()
+    return fig
+
+
+def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, title: str = "",
+         colors: Sequence[str] | None = None, fmt: str = "{:.1f}", ref: Sequence[float | None] | None = None,
+         ref_label: str = "reference GPU"):
+    """A labelled bar chart; `ref` adds the reference GPU's values beside ours."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.4))
+    xs = range(len(labels))
+    w = 0.4 if ref is not None else 0.7
+    vals = [v if v is not None else 0 for v in values]
+    b = ax.bar([x - (w / 2 if ref is not None else 0) for x in xs], vals, w,
+               color=colors or [AFTER] * len(labels), label="this run")
+    for rect, v in zip(b, values):
+        ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    if ref is not None:
+        r = ax.bar([x + w / 2 for x in xs], [v or 0 for v in ref], w, color=REF, label=ref_label)
+        for rect, v in zip(r, ref):
+            ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+                        ha="center", va="bottom", fontsize=8, color="#555")
+        ax.legend(fontsize=8)
+    ax.set_xticks(list(xs), labels, rotation=20 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", reference: Iterable | None = None):
+    """MFU (datasheet peak) of each side of each comparison; with `reference`, the reference GPU's beside."""
+    cs = [_cmp(c) for c in comparisons]
+    labels, vals = [], []
+    for c in cs:
+        for side in (c.before, c.after):
+            labels.append(f"{c.name}\n{side.label}" if len(cs) > 1 else side.label)
+            vals.append(None if side.mfu is None else side.mfu * 100)
+    ref_vals = None
+    if reference is not None:
+        rs = {r.name: r for r in (_cmp(c) for c in reference)}
+        ref_vals = []
+        for c in cs:
+            r = rs.get(c.name)
+            for side in ("before", "after"):
+                rv = getattr(r, side).mfu if r else None
+                ref_vals.append(None if rv is None else rv * 100)
+    colors = [BEFORE, AFTER] * len(cs)
+    fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=colors, ref=ref_vals)
+    if all(v is None for v in vals):
+        _no_data(fig.axes[0], "no MFU here: no datasheet peak (CPU or unknown GPU)")
+    return fig
+
+
+def speedups(*comparisons: Comparison | dict, title: str = "speedup (before time / after time)",
+             reference: Iterable | None = None):
+    """Speedup of each comparison, noise marked; with `reference`, the reference GPU's beside."""
+    cs = [_cmp(c) for c in comparisons]
+    vals = [c.speedup for c in cs]
+    ref_vals = None
+    if reference is not None:
+        rs = {r.name: r for r in (_cmp(c) for c in reference)}
+        ref_vals = [rs[c.name].speedup if c.name in rs else None for c in cs]
+    labels = [c.name + ("\n(within noise)" if c.within_noise else "") for c in cs]
+    fig = bars(labels, vals, ylabel="speedup (x)", title=title, fmt="{:.2f}x", ref=ref_vals)
+    fig.axes[0].axhline(1.0, color="k", lw=0.8)
+    return fig
+
+
+def sweep(x: Sequence[float], ys: dict[str, Sequence[float | None]], *, xlabel: str, ylabel: str, title: str = "",
+          logx: bool = False, logy: bool = False, hlines: dict[str, float] | None = None,
+          ref: dict[str, tuple[Sequence[float], Sequence[float | None]]] | None = None):
+    """Lines of measured values over a swept parameter; `hlines` for ceilings, `ref` for the reference GPU's."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, y in ys.items():
+        pts = [(a, b) for a, b in zip(x, y) if b is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=label)
+    for label, (rx, ry) in (ref or {}).items():
+        pts = [(a, b) for a, b in zip(rx, ry) if b is not None]
+        if pts:
+            ax.plot(*zip(*pts), ls="--", color=REF, alpha=0.8, marker=".", label=f"{label} (reference GPU)")
+    for label, v in (hlines or {}).items():
+        ax.axhline(v, ls=":", color="k", lw=1)
+        ax.annotate(label, (ax.get_xlim()[0], v), fontsize=8, va="bottom")
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, bandwidth_gbs: float,
+             title: str = "roofline", ceiling_label: str = "measured"):
+    """Achieved TFLOP/s against arithmetic intensity (FLOPs/byte) under the compute and bandwidth ceilings.
+
+    points: (label, intensity in FLOPs per byte, achieved TFLOP/s).
+    """
+    if peak_tflops <= 0 or bandwidth_gbs <= 0:
+        raise ValueError("peak_tflops and bandwidth_gbs must be > 0")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ridge = peak_tflops * 1e12 / (bandwidth_gbs * 1e9)
+    xs = [min([p[1] for p in points] + [ridge]) / 4, max([p[1] for p in points] + [ridge]) * 4]
+    grid = [xs[0] * (xs[1] / xs[0]) ** (i / 200) for i in range(201)]
+    ax.plot(grid, [min(peak_tflops, x * bandwidth_gbs / 1e3) for x in grid], color="k", lw=1.5,
+            label=f"{ceiling_label} ceilings: {peak_tflops:,.0f} TFLOP/s, {bandwidth_gbs:,.0f} GB/s")
+    for label, x, y in points:
+        ax.scatter([x], [y], zorder=3)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.axvline(ridge, ls=":", color="#999")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", title: str = "one change at a time",
+              ref: Sequence[tuple[str, float]] | None = None):
+    """Throughput after each cumulative change, each bar annotated with its gain over the previous one."""
+    labels = [s[0] for s in steps]
+    vals = [s[1] for s in steps]
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(steps) + 2), 4))
+    bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1), label="this run")
+    for i, (rect, v) in enumerate(zip(bars_, vals)):
+        gain = "" if i == 0 or not vals[i - 1] else f"\n{v / vals[i - 1]:.2f}x"
+        ax.annotate(f"{v:,.0f}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), ha="center",
+                    va="bottom", fontsize=7)
+    if ref:
+        rmap = dict(ref)
+        ax.scatter(range(len(labels)), [rmap.get(lbl) for lbl in labels], marker="_", s=400, color="k",
+                   label="reference GPU", zorder=3)
+        ax.legend(fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

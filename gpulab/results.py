@@ -1,0 +1,182 @@
+"""Result files: one JSON per notebook run, written atomically, in one schema; and the reference runs.
+
+Schema (version 1):
+    {"schema": 1, "notebook": "01_measuring", "device": {...DeviceInfo...}, "smoke": bool, "created": iso-time,
+     "params": {...}, "experiments": [{"name", "before", "after", "speedup", "within_noise", "verdict", ...}],
+     "claims": [{"text", "expected", "measured", "verdict", ...}], "extra": {...}}
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .device import DeviceInfo, get_device
+from .experiment import Claim, Comparison
+
+SCHEMA_VERSION = 1
+REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on
+REQUIRED_KEYS = ("notebook", "device", "smoke", "experiments", "claims")
+
+
+def data_dir() -> Path:
+    """The course's data folder: $GPULAB_DATA, or data/ beside the gpulab package."""
+    env = os.environ.get("GPULAB_DATA")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "data"
+
+
+def results_dir() -> Path:
+    """Where runs write their results: $GPULAB_RESULTS, or data/results (git-ignored)."""
+    env = os.environ.get("GPULAB_RESULTS")
+    return Path(env) if env else data_dir() / "results"
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf become None, tuples become lists, objects with to_dict are converted."""
+    if hasattr(x, "to_dict"):
+        return _clean(x.to_dict())
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def write_json_atomic(path: Path | str, data: Any) -> Path:
+    """Write JSON to `path` via a temporary file and os.replace: a crash never leaves a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_clean(data), indent=1, allow_nan=False)  # serialise fully before touching the disk
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+class NotebookResult:
+    """Collects what one notebook measured (experiments, claims, extra tables) and saves it as JSON."""
+
+    def __init__(self, notebook: str, *, smoke: bool, device: DeviceInfo | None = None,
+                 params: dict[str, Any] | None = None):
+        if not notebook or not isinstance(notebook, str) or "/" in notebook:
+            raise ValueError(f"notebook={notebook!r} must be a name like '01_measuring'")
+        self.notebook, self.smoke = notebook, bool(smoke)
+        self.device = device or get_device()
+        self.params = params or {}
+        self.experiments: list[Comparison] = []
+        self.claims: list[Claim] = []
+        self.extra: dict[str, Any] = {}
+
+    def add(self, comparison: Comparison) -> Comparison:
+        """Record a before/after comparison; returns it for display."""
+        if not isinstance(comparison, Comparison):
+            raise ValueError("comparison must be a Comparison (from before_after)")
+        self.experiments = [c for c in self.experiments if c.name != comparison.name] + [comparison]
+        return comparison
+
+    def claim(self, claim: Claim) -> Claim:
+        """Record a checked claim; returns it for display."""
+        if not isinstance(claim, Claim):
+            raise ValueError("claim must be a Claim")
+        self.claims = [c for c in self.claims if c.text != claim.text] + [claim]
+        return claim
+
+    def record(self, key: str, value: Any) -> Any:
+        """Keep any other measured table (a sweep, a finder's result) under `extra[key]`."""
+        self.extra[key] = value
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean({"schema": SCHEMA_VERSION, "notebook": self.notebook, "device": self.device.to_dict(),
+                       "smoke": self.smoke, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                       "params": self.params, "experiments": [c.to_dict() for c in self.experiments],
+                       "claims": [c.to_dict() for c in self.claims], "extra": self.extra})
+
+    def path(self, root: Path | str | None = None) -> Path:
+        root = Path(root) if root else results_dir()
+        return root / self.device.slug / f"{self.notebook}.json"
+
+    def save(self, root: Path | str | None = None) -> Path:
+        """Write data/results/<gpu-slug>/<notebook>.json atomically and return its path."""
+        return write_json_atomic(self.path(root), self.to_dict())
+
+    def _repr_html_(self) -> str:
+        exp = "".join(f"<tr><td>{c.name}</td><td>{c.verdict}</td></tr>" for c in self.experiments)
+        cl = "".join(f"<tr><td>{c.text}</td><td>{c.expected}</td><td>{c._measured_str()}</td><td>{c.verdict}</td></tr>"
+                     for c in self.claims)
+        return (f"<b>{self.notebook}</b> on {self.device.name}{' (smoke)' if self.smoke else ''}"
+                f"<table><tr><th>experiment</th><th>result</th></tr>{exp}</table>"
+                f"<table><tr><th>claim</th><th>expected</th><th>measured</th><th>verdict</th></tr>{cl}</table>")
+
+
+class ResultError(ValueError):
+    """A result file that is missing, not JSON, or not in the schema."""
+
+
+def validate(data: Any, source: str = "result") -> dict[str, Any]:
+    """Check a loaded result against the schema; raise ResultError saying what is wrong."""
+    if not isinstance(data, dict):
+        raise ResultError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise ResultError(f"{source}: missing keys {missing}")
+    if not isinstance(data["experiments"], list) or not isinstance(data["claims"], list):
+        raise ResultError(f"{source}: 'experiments' and 'claims' must be lists")
+    for c in data["claims"]:
+        if not isinstance(c, dict) or not {"text", "verdict"} <= c.keys():
+            raise ResultError(f"{source}: every claim needs 'text' and 'verdict'")
+    for e in data["experiments"]:
+        if not isinstance(e, dict) or not {"name", "before", "after", "speedup"} <= e.keys():
+            raise ResultError(f"{source}: every experiment needs 'name', 'before', 'after', 'speedup'")
+    return data
+
+
+def load_result(path: Path | str) -> dict[str, Any]:
+    """Load and validate one result JSON file (raises ResultError with the reason)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise ResultError(f"{path}: not valid JSON ({e})") from None
+    return validate(data, str(path))
+
+
+def reference_dir(slug: str | None = None) -> Path:
+    """Folder of the committed reference run (default: the reference GPU's)."""
+    return data_dir() / "reference" / (slug or REFERENCE_SLUG)
+
+
+def load_reference(notebook: str, slug: str | None = None) -> dict[str, Any] | None:
+    """The reference GPU's result for `notebook`, or None when there is none (yet)."""
+    path = reference_dir(slug) / f"{notebook}.json"
+    if not path.exists():
+        return None
+    return load_result(path)
+
+
+def comparisons(result: dict[str, Any]) -> list[Comparison]:
+    """The experiments of a loaded result as Comparison objects (for plots)."""
+    return [Comparison.from_dict(e) for e in result.get("experiments", [])]
+
+
+def claims(result: dict[str, Any]) -> list[Claim]:
+    """The claims of a loaded result as Claim objects."""
+    return [Claim.from_dict(c) for c in result.get("claims", [])]
