@@ -6,13 +6,13 @@
     with gl.Monitor() as mon: train()          # NVML + GPM utilization timeline
     cmp = gl.before_after(slow, fast, name="bf16", flops=f, dtype="bf16")
 """
-from . import flops, plots
+from . import flops, plots, widgets
 from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
 from .experiment import Claim, Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
 from .monitor import Monitor, Trace
 from .profiling import find_syncs, profile
-from .results import NotebookResult, load_reference, load_result
+from .results import NotebookResult, load_reference, load_result, reference_view
 from .timing import Measurement, benchmark, compare
 
 __all__ = [
@@ -22,7 +22,7 @@ __all__ = [
     "Monitor", "Trace",
     "profile", "find_syncs",
     "Claim", "Comparison", "RunResult", "before_after", "measure",
-    "NotebookResult", "load_result", "load_reference",
-    "plots",
+    "NotebookResult", "load_result", "load_reference", "reference_view",
+    "plots", "widgets",
 ]
 __version__ = "0.1.0"

@@ -146,7 +146,8 @@ class DeviceInfo:
         rows = [("device", self.name), ("torch", self.torch_version), ("CPU cores", self.cpu_cores)]
         if self.is_cuda:
             rows += [("compute capability", ".".join(map(str, self.capability or ()))),
-                     ("SMs", self.sm_count), ("memory", f"{self.memory_gb:.1f} GB"), ("driver", self.driver)]
+                     ("SMs", self.sm_count),
+                     ("memory", "n/a" if self.memory_gb is None else f"{self.memory_gb:.1f} GB"), ("driver", self.driver)]
             if self.peaks:
                 rows += [(f"datasheet {k.upper()}", f"{v:g} TFLOP/s") for k, v in self.peaks.tflops.items()]
                 rows += [("datasheet memory bandwidth", f"{self.peaks.bandwidth_gbs:g} GB/s"),

@@ -94,9 +94,12 @@ class Monitor:
     >>> with Monitor() as mon:
     ...     train(steps=100)
     >>> mon.trace.summary()
+
+    Utilization comes from the driver's buffer, so `poll_s` only sets how often memory, power, clock and CPU
+    are read: once a second keeps the thread's share of the GIL (its cost to a Python-bound loop) small.
     """
 
-    def __init__(self, device: DeviceInfo | None = None, *, poll_s: float = 0.25, gpm_period_s: float = 1.0,
+    def __init__(self, device: DeviceInfo | None = None, *, poll_s: float = 1.0, gpm_period_s: float = 1.0,
                  gpm: bool = True, cpu: bool = True, nvml: Any = None):
         if poll_s <= 0:
             raise ValueError(f"poll_s={poll_s} must be > 0")

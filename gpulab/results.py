@@ -180,3 +180,49 @@ def comparisons(result: dict[str, Any]) -> list[Comparison]:
 def claims(result: dict[str, Any]) -> list[Claim]:
     """The claims of a loaded result as Claim objects."""
     return [Claim.from_dict(c) for c in result.get("claims", [])]
+
+
+class ReferenceView:
+    """This run beside the reference GPU's run of the same notebook: speedups and claim verdicts."""
+
+    def __init__(self, mine: NotebookResult | dict[str, Any], reference: dict[str, Any] | None):
+        self.mine = mine.to_dict() if isinstance(mine, NotebookResult) else mine
+        self.reference = reference
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        ref = self.reference or {"experiments": [], "claims": []}
+        r_exp = {e["name"]: e for e in ref["experiments"]}
+        r_cl = {c["text"]: c for c in ref["claims"]}
+        rows = []
+        names = [e["name"] for e in self.mine["experiments"]] + [n for n in r_exp if n not in
+                                                                  {e["name"] for e in self.mine["experiments"]}]
+        m_exp = {e["name"]: e for e in self.mine["experiments"]}
+        for n in names:
+            rows.append((n, m_exp[n]["verdict"] if n in m_exp else "—", r_exp[n]["verdict"] if n in r_exp else "—"))
+        m_cl = {c["text"]: c for c in self.mine["claims"]}
+        for t in list(m_cl) + [t for t in r_cl if t not in m_cl]:
+            def fmt(c):
+                if not c:
+                    return "—"
+                m = c.get("measured")
+                return f"{c['verdict']}" + ("" if m is None else f" ({m:.3g} {c.get('unit', '')})")
+            rows.append((f"claim: {t}", fmt(m_cl.get(t)), fmt(r_cl.get(t))))
+        return rows
+
+    def _repr_html_(self) -> str:
+        dev = self.mine["device"]["name"]
+        if not self.reference:
+            return f"<p>No reference run is committed for {self.mine['notebook']} yet.</p>"
+        rdev = self.reference["device"]["name"]
+        body = "".join(f"<tr><td style='text-align:left'>{a}</td><td>{b}</td><td>{c}</td></tr>"
+                       for a, b, c in self.rows())
+        return (f"<table><tr><th></th><th>this run: {dev}{' (smoke)' if self.mine['smoke'] else ''}</th>"
+                f"<th>reference: {rdev}</th></tr>{body}</table>")
+
+    def __repr__(self) -> str:
+        return "\n".join(f"{a[:60]:<60} {b:<28} {c}" for a, b, c in self.rows())
+
+
+def reference_view(result: NotebookResult, slug: str | None = None) -> ReferenceView:
+    """This run's results beside the committed reference run of the same notebook."""
+    return ReferenceView(result, load_reference(result.notebook, slug))

@@ -1,0 +1,106 @@
+import json
+import subprocess
+import sys
+
+import matplotlib
+import pytest
+
+from gpulab import course, plots
+from gpulab.__main__ import main
+from gpulab.device import DeviceInfo
+from gpulab.monitor import Trace
+from test_results import make_result
+
+matplotlib.use("Agg")  # tests only: no display here; the library itself never picks a backend
+
+
+def _write_fixtures(folder):
+    make_result("01_measuring", speedup=2.5).save(folder)
+    make_result("02_tensor_cores", speedup=1.0).save(folder)
+    slug = folder / "nvidia-h100-80gb-hbm3"
+    (slug / "03_fusion.json").write_text("{ this is not json")
+    (slug / "04_sync_points.json").write_text(json.dumps({"notebook": "04_sync_points"}))
+    return slug
+
+
+def test_summary_from_fixtures_reports_missing_and_malformed_and_keeps_the_rest(tmp_path):
+    slug = _write_fixtures(tmp_path / "results")
+    ref = tmp_path / "ref"
+    make_result("01_measuring", speedup=3.0).save(ref)
+    md, png = course.write_summary(slug, tmp_path / "out", compare=ref / "nvidia-h100-80gb-hbm3",
+                                   expected=["01_measuring", "02_tensor_cores", "05_data_overlap"])
+    text = md.read_text()
+    assert "| 01_measuring | bf16 autocast | 2.50x |" in text
+    assert "| 02_tensor_cores | bf16 autocast | 1.00x |" in text
+    assert "3.00x" in text  # the reference speedup beside this run's
+    assert "skipped 03_fusion.json: " in text and "not valid JSON" in text
+    assert "skipped 04_sync_points.json: " in text and "missing keys" in text
+    assert "missing: no result for 05_data_overlap" in text
+    assert "| 01_measuring | 2-3x faster | 2–3x | 2.5 | confirmed" in text
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_notebook_selection():
+    names = [p.stem for p in course.notebooks()]
+    assert names == sorted(names) and len(names) == 8
+    assert [p.stem for p in course.notebooks(["3", "01"])] == [names[2], names[0]]
+    with pytest.raises(ValueError, match="not found; choose from"):
+        course.notebooks(["99"])
+
+
+def test_cli_rejects_unknown_notebook_with_exit_2(capsys):
+    assert main(["run", "--smoke", "42"]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_cli_info_json_on_this_machine():
+    out = subprocess.run([sys.executable, "-m", "gpulab", "info", "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    report = json.loads(out[out.index("{"):])
+    assert "device" in report and "monitoring" in report
+    assert report["monitoring"]["cpu_percent"] == "ok"
+
+
+@pytest.mark.notebook
+def test_runner_on_two_notebooks_in_smoke_mode(tmp_path, monkeypatch):
+    pytest.importorskip("papermill")
+    results = tmp_path / "results"
+    monkeypatch.setenv("GPULAB_RESULTS", str(results))
+    run = course.run_course(["01", "04"], smoke=True, out=tmp_path / "run", progress=False)
+    assert [r.notebook for r in run.runs] == ["01_measuring", "04_sync_points"]
+    assert run.ok, [r.error for r in run.runs]
+    assert (tmp_path / "run" / "01_measuring.ipynb").exists()
+    text = run.summary_md.read_text()
+    assert "| 01_measuring |" in text and "| 04_sync_points |" in text and "## Problems" not in text
+
+
+def test_runner_reports_a_failing_notebook_and_goes_on(tmp_path, monkeypatch):
+    pytest.importorskip("papermill")
+    import papermill as pm
+
+    def fake_execute(src, dst, **kwargs):
+        if "01_" in src:
+            raise RuntimeError("cell 3 failed")
+
+    monkeypatch.setattr(pm, "execute_notebook", fake_execute)
+    monkeypatch.setattr(course, "_check_parameters", lambda nb, params: None)
+    run = course.run_course(["01", "02"], smoke=True, out=tmp_path / "run", results=tmp_path / "none",
+                            progress=False)
+    assert [r.ok for r in run.runs] == [False, True] and "cell 3 failed" in run.runs[0].error
+    assert not run.ok and "missing: no result for 02" in run.summary_md.read_text()
+
+
+def test_every_plot_draws_from_result_objects():
+    r = make_result()
+    cmp = r.experiments[0]
+    tr = Trace(duration_s=1.0, series={"nvml_util": [(0.0, 10.0), (0.5, 90.0)]}, available={"nvml_util": "ok"})
+    cmp.after.trace = tr
+    figs = [plots.timeline(cmp), plots.timeline(("a", tr), ("b", None)), plots.mfu(cmp, reference=[cmp]),
+            plots.speedups(cmp, reference=[cmp.to_dict()]),
+            plots.sweep([1, 2, 3], {"x": [1.0, None, 3.0]}, xlabel="n", ylabel="y", hlines={"peak": 4.0},
+                        ref={"x": ([1, 2], [2.0, 2.5])}),
+            plots.roofline([("n=256", 40.0, 50.0), ("n=8192", 2700.0, 780.0)], peak_tflops=790, bandwidth_gbs=3000),
+            plots.waterfall([("naive", 1000.0), ("bf16", 3000.0)], ref=[("naive", 1200.0)])]
+    assert all(f.axes for f in figs)
+    with pytest.raises(ValueError, match="peak_tflops"):
+        plots.roofline([], peak_tflops=0, bandwidth_gbs=1)

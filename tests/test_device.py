@@ -1,0 +1,82 @@
+import pytest
+import torch
+
+from gpulab.device import (DTYPES, PEAK_TABLE, DeviceInfo, check_dtype, float32_matmul_precision, get_device,
+                           lookup_peaks, measure_peaks, slugify)
+
+CUDA_NAMES = {  # as torch.cuda.get_device_name reports them
+    "NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe", "NVIDIA H100 NVL": "H100 NVL",
+    "NVIDIA H200": "H200 SXM", "NVIDIA A100-SXM4-40GB": "A100 40GB", "NVIDIA A100-SXM4-80GB": "A100 80GB SXM",
+    "NVIDIA A100 80GB PCIe": "A100 80GB PCIe", "NVIDIA A10": "A10", "NVIDIA L4": "L4", "NVIDIA L40S": "L40S",
+    "NVIDIA GeForce RTX 3090": "GeForce RTX 3090", "NVIDIA GeForce RTX 4090": "GeForce RTX 4090",
+    "Tesla T4": "T4", "Tesla V100-SXM2-16GB": "V100 SXM2", "Tesla V100-PCIE-32GB": "V100 PCIe",
+}
+
+
+@pytest.mark.parametrize("name, model", CUDA_NAMES.items())
+def test_peak_table_matches_each_gpu_to_its_own_row(name, model):
+    spec = lookup_peaks(name)
+    assert spec is not None and spec.model == model
+    assert spec.source and spec.bandwidth_gbs > 0
+    assert set(spec.tflops) <= set(DTYPES) and "fp32" in spec.tflops
+
+
+def test_peaks_are_dense_and_ordered():
+    h100 = lookup_peaks("NVIDIA H100 80GB HBM3")
+    assert h100.tflops["bf16"] == pytest.approx(989.4)  # dense, not the 1979 sparse figure
+    for _, spec in PEAK_TABLE:
+        t = spec.tflops
+        if "bf16" in t:
+            assert t["bf16"] > t.get("tf32", 0) >= t["fp32"] * 0.99
+        if "fp8" in t:
+            assert t["fp8"] == pytest.approx(2 * t["fp16"], rel=0.05)
+    assert "bf16" not in lookup_peaks("Tesla T4").tflops  # no BF16 tensor cores on Turing
+
+
+def test_unknown_gpu_gets_none_not_a_fallback():
+    assert lookup_peaks("NVIDIA Imaginary X9000") is None
+    dev = DeviceInfo(kind="cuda", name="NVIDIA Imaginary X9000", capability=(9, 0))
+    assert dev.datasheet_tflops("bf16") is None
+
+
+def test_cpu_device_and_round_trip():
+    dev = get_device() if not torch.cuda.is_available() else DeviceInfo(kind="cpu", name="cpu")
+    assert dev.slug == "cpu" and not dev.is_cuda and dev.datasheet_tflops("bf16") is None
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
+                      peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
+    back = DeviceInfo.from_dict(h100.to_dict())
+    assert back == h100 and back.slug == "nvidia-h100-80gb-hbm3"
+    assert "989.4" in h100._repr_html_()
+
+
+def test_check_dtype():
+    assert check_dtype("bfloat16") == "bf16" and check_dtype(torch.float16) == "fp16"
+    with pytest.raises(ValueError, match=r"dtype='int4' is not supported; allowed: fp32, tf32, bf16, fp16, fp8"):
+        check_dtype("int4")
+    with pytest.raises(ValueError, match="index"):
+        get_device(-1)
+
+
+def test_measure_peaks_on_cpu_is_cached_and_says_what_it_skipped():
+    dev = DeviceInfo(kind="cpu", name="cpu")
+    p = measure_peaks(dev, size=64, dtypes=("fp32", "tf32"))
+    assert p.tflops["fp32"] > 0 and "tf32" not in p.tflops
+    assert any("TF32 skipped" in n for n in p.notes)
+    assert measure_peaks(dev, size=64, dtypes=("fp32", "tf32")) is p
+    with pytest.raises(ValueError, match="dtypes"):
+        measure_peaks(dev, dtypes=("fp64",))
+    with pytest.raises(ValueError, match="size"):
+        measure_peaks(dev, size=0)
+
+
+def test_float32_matmul_precision_restores():
+    before = torch.get_float32_matmul_precision()
+    with float32_matmul_precision("high"):
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before
+    with pytest.raises(ValueError, match="precision"):
+        float32_matmul_precision("fast")
+
+
+def test_slugify():
+    assert slugify("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"

@@ -1,0 +1,63 @@
+import json
+
+import pytest
+import torch
+
+import gpulab as gl
+from gpulab.experiment import Claim, Comparison, RunResult
+from gpulab.timing import Measurement
+
+
+def _run(label, times, flops=None, peak=None):
+    return RunResult(label, Measurement(label, times), flops=flops, dtype="bf16" if peak else None, peak_tflops=peak)
+
+
+def test_claim_verdict_comes_out_either_way():
+    c = Claim("BF16 is 2-3x faster", low=2, high=3, source="guide §7.1")
+    assert c.check(2.5).verdict == "confirmed"
+    assert Claim("BF16 is 2-3x faster", low=2, high=3).check(1.4).verdict == "refuted"
+    assert Claim("at least 45% MFU", low=45, unit="%").check(44.9).verdict == "refuted"
+    assert Claim("idle under 10%", high=10, unit="%").check(2).verdict == "confirmed"
+    u = Claim("FP8 4x FP16", low=3.5, high=4.5).untestable("no FP8 tensor cores")
+    assert u.verdict == "not tested" and u.note == "no FP8 tensor cores" and u.measured is None
+    assert Claim("x", low=1).check(None).verdict == "not tested"
+    assert Claim("x", low=2, high=3).expected == "2–3x"
+
+
+def test_claim_rejects_empty_or_inverted_range():
+    with pytest.raises(ValueError, match="low and/or high"):
+        Claim("nothing")
+    with pytest.raises(ValueError, match="low=3"):
+        Claim("inverted", low=3, high=2)
+
+
+def test_comparison_mfu_speedup_and_round_trip():
+    before = _run("fp32", [0.02, 0.021, 0.019], flops=1e12, peak=989.4)
+    after = _run("bf16", [0.004, 0.0041, 0.0039], flops=1e12, peak=989.4)
+    cmp = Comparison("autocast", before, after, device="test")
+    assert cmp.speedup == pytest.approx(5.0) and not cmp.within_noise
+    assert after.mfu == pytest.approx(1e12 / 0.004 / 989.4e12)
+    back = Comparison.from_dict(json.loads(json.dumps(cmp.to_dict())))
+    assert back.speedup == pytest.approx(cmp.speedup) and back.after.mfu == pytest.approx(after.mfu)
+    html = cmp._repr_html_()
+    assert "MFU (datasheet peak)" in html and "5.00x faster" in html
+
+
+def test_before_after_on_cpu_records_timing_flops_and_cpu_monitor():
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    cmp = gl.before_after(lambda: a @ b, lambda: (a @ b) @ b, name="one vs two matmuls", flops=2 * 64**3,
+                          after_flops=4 * 64**3, dtype="fp32", min_time_s=0.05)
+    assert cmp.before.measurement.n >= 5 and cmp.after.tflops > 0
+    assert cmp.before.mfu is None  # a CPU has no datasheet peak
+    assert cmp.before.trace.available["cpu_percent"] == "ok"
+    assert "GPU busy" not in repr(cmp)  # no NVML row when nothing was measured
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"name": ""}, "name"), ({"name": "x", "flops": -1}, "flops"), ({"name": "x", "dtype": "int8"}, "dtype"),
+    ({"name": "x", "items": 0}, "items")])
+def test_before_after_rejects_bad_input_before_running(kwargs, match):
+    calls = []
+    with pytest.raises(ValueError, match=match):
+        gl.before_after(lambda: calls.append(1), lambda: calls.append(2), **kwargs)
+    assert not calls  # checked before any work starts

@@ -1,0 +1,143 @@
+"""The monitor against a fake NVML (no GPU needed), with NVML broken, and with no GPU at all."""
+import time
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+
+from gpulab.device import DeviceInfo
+from gpulab.monitor import Monitor, Trace
+
+FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", index=0, capability=(9, 0),
+                      uuid="GPU-1234", pci_bus_id="00000000:00:06.0")
+
+
+class FakeNVML:
+    """Just enough of pynvml: buffered utilization samples, memory, power, clock and GPM."""
+
+    c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
+    NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
+
+    def __init__(self, util=97, gpm_supported=True, gpm_values=None):
+        self.util, self.gpm_supported = util, gpm_supported
+        self.gpm_values = gpm_values or {2: 86.9, 3: 12.8, 5: 84.4, 10: 24.1}
+        self.handles_asked = []
+        self.freed = 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.handles_asked.append(uuid)
+        return "handle"
+
+    def nvmlDeviceGetSamples(self, handle, sample_type, last_ts):
+        now_us = int(time.time() * 1e6)
+        # one sample from long before the window (must be dropped) and the driver's recent ones
+        stamps = [now_us - 60_000_000] + [now_us - k * 166_000 for k in range(3, -1, -1)]
+        value = self.util if sample_type == 1 else 40
+        return 1, [SimpleNamespace(timeStamp=t, sampleValue=SimpleNamespace(uiVal=value)) for t in stamps
+                   if t > last_ts]
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return SimpleNamespace(used=10e9, total=80e9)
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 550_000  # mW
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return 1980
+
+    def nvmlGpmQueryDeviceSupport(self, handle):
+        return SimpleNamespace(isSupportedDevice=int(self.gpm_supported))
+
+    def nvmlGpmSampleAlloc(self):
+        return pynvml.c_nvmlGpmSample_t()
+
+    def nvmlGpmSampleGet(self, handle, sample):
+        return sample
+
+    def nvmlGpmSampleFree(self, sample):
+        self.freed += 1
+
+    def nvmlGpmMetricsGet(self, mg):
+        for i in range(mg.numMetrics):
+            mg.metrics[i].value = self.gpm_values[mg.metrics[i].metricId]
+            mg.metrics[i].nvmlReturn = 0
+        return mg
+
+
+def test_records_buffered_samples_and_gpm_from_fake_nvml():
+    nv = FakeNVML()
+    with Monitor(FAKE_GPU, nvml=nv, poll_s=0.05, gpm_period_s=0.1) as mon:
+        time.sleep(0.35)
+    tr = mon.trace
+    assert nv.handles_asked == ["GPU-1234"]  # mapped by UUID, not by index
+    assert all(v == "ok" for v in tr.available.values()), tr.available
+    util = tr.series["nvml_util"]
+    assert util and all(0 <= t <= tr.duration_s + 0.05 for t, _ in util)  # the old sample was dropped
+    assert len({t for t, _ in util}) == len(util)  # no sample read twice
+    assert tr.mean("nvml_util") == pytest.approx(97)
+    assert tr.mean("mem_used_gb") == pytest.approx(10.0)
+    assert tr.mean("power_w") == pytest.approx(550.0)
+    assert tr.mean("gpm_tensor_active") == pytest.approx(84.4)
+    assert tr.window["gpm_sm_active"] == pytest.approx(86.9)
+    assert len(tr.series["gpm_sm_active"]) >= 2  # a timeline, not just one window
+    assert nv.freed >= 2  # GPM samples are released
+
+
+def test_gpm_unsupported_is_reported_not_raised():
+    with Monitor(FAKE_GPU, nvml=FakeNVML(gpm_supported=False), poll_s=0.05) as mon:
+        time.sleep(0.1)
+    assert "Hopper" in mon.trace.available["gpm_tensor_active"]
+    assert mon.trace.mean("gpm_tensor_active") is None
+    assert mon.trace.available["nvml_util"] == "ok"
+    assert "gpm_tensor_active" not in mon.trace.summary()
+
+
+def test_nvml_that_fails_to_initialise_degrades():
+    class Broken(FakeNVML):
+        def nvmlInit(self):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    with Monitor(FAKE_GPU, nvml=Broken(), poll_s=0.05) as mon:
+        time.sleep(0.1)
+    assert mon.trace.available["nvml_util"].startswith("NVML unavailable")
+    assert mon.trace.series.get("nvml_util") is None
+    assert mon.trace.available["cpu_percent"] == "ok"  # the host CPU is still recorded
+    assert mon.trace.series["cpu_percent"]
+
+
+def test_a_query_that_is_not_supported_marks_only_that_metric():
+    class NoPower(FakeNVML):
+        def nvmlDeviceGetPowerUsage(self, handle):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    with Monitor(FAKE_GPU, nvml=NoPower(), poll_s=0.05) as mon:
+        time.sleep(0.15)
+    assert mon.trace.available["power_w"].startswith("not available")
+    assert mon.trace.available["mem_used_gb"] == "ok"
+
+
+def test_no_gpu_records_cpu_and_says_what_is_missing():
+    cpu = DeviceInfo(kind="cpu", name="test cpu")
+    with Monitor(cpu, poll_s=0.05) as mon:
+        sum(i * i for i in range(200_000))
+    tr = mon.trace
+    assert tr.available["nvml_util"] == "no CUDA GPU"
+    assert tr.missing()["gpm_sm_active"] == "no CUDA GPU"
+    assert tr.series["cpu_percent"] and tr.cpu_per_core and len(tr.cpu_per_core[0][1]) >= 1
+
+
+def test_trace_round_trips_and_monitor_rejects_misuse():
+    with Monitor(FAKE_GPU, nvml=FakeNVML(), poll_s=0.05) as mon:
+        time.sleep(0.1)
+    tr2 = Trace.from_dict(mon.trace.to_dict())
+    assert tr2.summary() == mon.trace.summary()
+    assert "GPU busy" in tr2._repr_html_()
+    with pytest.raises(ValueError, match="poll_s"):
+        Monitor(FAKE_GPU, poll_s=0)
+    with pytest.raises(RuntimeError, match="before start"):
+        Monitor(FAKE_GPU).stop()
+    with pytest.raises(RuntimeError, match="already running"):
+        mon.start()
