@@ -60,30 +60,40 @@ def _small_training_loop(device: DeviceInfo, width: int):
     return step
 
 
-def monitor_overhead(device: DeviceInfo, *, blocks: int = 8, steps: int = 200, width: int = 512
-                     ) -> tuple[Measurement, Measurement]:
-    """Time blocks of `steps` training steps with the monitor off and on, alternating, in one run."""
+def monitor_overhead(device: DeviceInfo, *, phases: int = 8, blocks: int = 10, block_s: float = 0.3,
+                     width: int = 512) -> tuple[Measurement, Measurement]:
+    """Per-step time of a small training loop with the monitor off and on, in alternating phases of one run.
+
+    Each "on" phase keeps one Monitor running across all its blocks (several seconds), so the monitor's
+    polling thread really competes with the loop; phases go off, on, on, off, ... against drift.
+    """
     step = _small_training_loop(device, width)
     for _ in range(20):
         step()
     synchronize()
-    off, on = [], []
+    t0 = time.perf_counter()
+    for _ in range(20):
+        step()
+    synchronize()
+    steps = max(5, int(block_s / ((time.perf_counter() - t0) / 20)))  # blocks of about block_s seconds
+    times: dict[bool, list[float]] = {False: [], True: []}
 
-    def block() -> float:
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        synchronize()
-        return (time.perf_counter() - t0) / steps
+    def run_blocks(into: list[float]) -> None:
+        for _ in range(blocks):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            synchronize()
+            into.append((time.perf_counter() - t0) / steps)
 
-    for i in range(blocks):
-        for mode in ((False, True) if i % 2 == 0 else (True, False)):  # alternate order against drift
-            if mode:
-                with Monitor(device):
-                    on.append(block())
-            else:
-                off.append(block())
-    return Measurement("monitor off", off), Measurement("monitor on", on)
+    for i in range(phases):
+        on = i % 4 in (1, 2)
+        if on:
+            with Monitor(device):
+                run_blocks(times[True])
+        else:
+            run_blocks(times[False])
+    return Measurement("monitor off", times[False]), Measurement("monitor on", times[True])
 
 
 def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
@@ -98,7 +108,8 @@ def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
     idle = _idle_window(device, idle_s).trace
     result.record("matmul_window", busy.to_dict())
     result.record("idle_window", idle.to_dict())
-    off, on = monitor_overhead(device, blocks=2 if smoke else 8, steps=20 if smoke else 200)
+    off, on = monitor_overhead(device, phases=2 if smoke else 8, blocks=3 if smoke else 10,
+                               block_s=0.02 if smoke else 0.3)
     ratio = on.median / off.median
     cmp = Comparison("monitor overhead (small training loop)", RunResult("monitor off", off, item_name="steps"),
                      RunResult("monitor on", on, item_name="steps"), device=device.name,
