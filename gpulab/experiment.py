@@ -1,6 +1,7 @@
 """The before/after harness: time, FLOPs, monitor and (optionally) profile two versions of one workload."""
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -155,12 +156,14 @@ class Comparison:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        body = "".join(f"<tr><td style='text-align:left'>{k}</td><td>{b}</td><td>{a}</td></tr>"
+        e = html.escape
+        body = "".join(f"<tr><td style='text-align:left'>{e(str(k))}</td><td>{e(str(b))}</td><td>{e(str(a))}</td></tr>"
                        for k, b, a in self.rows())
         color = "#666" if self.within_noise else ("#1a7f37" if self.speedup >= 1 else "#b42318")
-        notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return (f"<div><b>{self.name}</b> on {self.device}: <span style='color:{color}'><b>{self.verdict}</b></span>"
-                f"<table><tr><th></th><th>{self.before.label}</th><th>{self.after.label}</th></tr>{body}</table>"
+        notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
+        return (f"<div><b>{e(self.name)}</b> on {e(str(self.device))}: "
+                f"<span style='color:{color}'><b>{e(self.verdict)}</b></span>"
+                f"<table><tr><th></th><th>{e(self.before.label)}</th><th>{e(self.after.label)}</th></tr>{body}</table>"
                 + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
 
 
@@ -293,6 +296,8 @@ class Claim:
 
     def _repr_html_(self) -> str:
         color = {"confirmed": "#1a7f37", "refuted": "#b42318"}.get(self.verdict, "#666")
-        return (f"<div>{self.source + ': ' if self.source else ''}<i>“{self.text}”</i> — expected {self.expected}, "
-                f"measured {self._measured_str()}: <b style='color:{color}'>{self.verdict.upper()}</b>"
-                + (f" <small>({self.note})</small>" if self.note else "") + "</div>")
+        e = html.escape
+        return (f"<div>{e(self.source) + ': ' if self.source else ''}<i>“{e(self.text)}”</i> — expected "
+                f"{e(str(self.expected))}, measured {e(self._measured_str())}: "
+                f"<b style='color:{color}'>{self.verdict.upper()}</b>"
+                + (f" <small>({e(self.note)})</small>" if self.note else "") + "</div>")

@@ -92,7 +92,7 @@ def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FlopCount:
         fn(*args, **kwargs)
     by_op: dict[str, int] = {}
     for op, n in mode.get_flop_counts().get("Global", {}).items():
-        name = str(op).split(".")[-2] if "." in str(op) else str(op)
+        name = str(op).split(".")[1] if "." in str(op) else str(op)  # "aten.mm.default" -> "mm"
         by_op[name] = by_op.get(name, 0) + int(n)
     return FlopCount(total=int(mode.get_total_flops()), by_op=by_op)
 

@@ -47,7 +47,8 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
         if metric not in ("mem_used_gb", "power_w", "sm_clock_mhz"):
             ax.set_ylim(-3, 105)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(loc="lower right", fontsize=8)
+    if axes[0, 0].get_legend_handles_labels()[0]:
+        axes[0, 0].legend(loc="lower right", fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the monitor started")
     fig.suptitle(title or "utilization timeline")
     fig.tight_layout()
@@ -133,16 +134,18 @@ def sweep(x: Sequence[float], ys: dict[str, Sequence[float | None]], *, xlabel: 
         pts = [(a, b) for a, b in zip(rx, ry) if b is not None]
         if pts:
             ax.plot(*zip(*pts), ls="--", color=REF, alpha=0.8, marker=".", label=f"{label} (reference GPU)")
+    # Scales first, so that the ceiling labels sit at the final left edge.
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
     for label, v in (hlines or {}).items():
         ax.axhline(v, ls=":", color="k", lw=1)
         ax.annotate(label, (ax.get_xlim()[0], v), fontsize=8, va="bottom")
-    ax.set_xscale("log" if logx else "linear")
-    ax.set_yscale("log" if logy else "linear")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -3,7 +3,7 @@
 It measures four things and checks them as claims:
 1. measured BF16 matmul TFLOP/s and device copy bandwidth (against floors that a healthy GPU of its class meets),
 2. the monitor around about 2 s of large BF16 matmuls (NVML busy and GPM tensor activity should be high),
-3. the monitor around 1 s of idle (both should be near zero),
+3. the monitor around 1 s of idle, 1.5 s after the busy window (both should be near zero),
 4. how much the monitor slows a small training loop, with it on and off in alternating blocks of one run.
 """
 from __future__ import annotations
@@ -38,8 +38,11 @@ def _matmul_window(device: DeviceInfo, seconds: float, n: int) -> Monitor:
     return mon
 
 
-def _idle_window(device: DeviceInfo, seconds: float) -> Monitor:
+def _idle_window(device: DeviceInfo, seconds: float, settle_s: float = 0.0) -> Monitor:
     synchronize()
+    # NVML's samples average over the driver's last sample period: one taken just after busy work still
+    # reports it, so wait for the earlier work to age out before the idle window starts.
+    time.sleep(settle_s)
     with Monitor(device) as mon:
         time.sleep(seconds)
     return mon
@@ -105,7 +108,7 @@ def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
     result.record("datasheet", asdict(device.peaks) if device.peaks else None)
     n, busy_s, idle_s = (256, 0.3, 0.3) if smoke else (8192, 2.0, 1.0)
     busy = _matmul_window(device, busy_s, n).trace
-    idle = _idle_window(device, idle_s).trace
+    idle = _idle_window(device, idle_s, settle_s=0.0 if smoke else 1.5).trace
     result.record("matmul_window", busy.to_dict())
     result.record("idle_window", idle.to_dict())
     off, on = monitor_overhead(device, phases=2 if smoke else 8, blocks=3 if smoke else 10,

@@ -1,0 +1,271 @@
+"""Feeding the GPU: a CUDA-stream prefetcher and a DataLoader settings sweep that measures, not guesses."""
+from __future__ import annotations
+
+import gc
+import html
+import itertools
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import psutil
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from tqdm.auto import tqdm
+
+from .device import usable_cores
+
+
+def as_torch_device(device: Any = None) -> torch.device:
+    """A torch.device from a str, a torch.device or a gpulab DeviceInfo; None means CUDA if present, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return getattr(device, "torch_device", None) or torch.device(device)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work before reading a host clock; a no-op off CUDA."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Move the tensors in a (nested) tuple/list/dict batch to `device`."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device, non_blocking) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+    return batch
+
+
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, (list, tuple)):
+        for b in batch:
+            yield from _tensors(b)
+    elif isinstance(batch, dict):
+        for b in batch.values():
+            yield from _tensors(b)
+
+
+class CUDAPrefetcher:
+    """Iterate `loader`, copying batch i+1 to the GPU on a side stream while the model works on batch i.
+
+    The copy only overlaps compute when the loader's batches are in pinned memory (`pin_memory=True`).
+    Off CUDA it is plain iteration (moving batches with `.to(device)`), so the same loop runs on a CPU.
+    """
+
+    def __init__(self, loader: Iterable, device: Any = None):
+        self.loader, self.device = loader, as_torch_device(device)
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.stream is None:
+            for batch in self.loader:
+                yield to_device(batch, self.device)
+            return
+        it = iter(self.loader)
+        nxt = self._preload(it)
+        while nxt is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(self.stream)  # the copy must have landed before compute reads it
+            batch = nxt
+            for t in _tensors(batch):
+                # Allocated on the side stream, used on this one: keep the allocator from reusing it too early.
+                t.record_stream(current)
+            nxt = self._preload(it)
+            yield batch
+
+    def _preload(self, it: Iterator) -> Any:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return None
+        with torch.cuda.stream(self.stream):
+            return to_device(batch, self.device, non_blocking=True)
+
+
+ROW_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "samples_per_s", "seconds",
+            "cpu_percent", "batches")
+
+
+@dataclass
+class DataLoaderTuning:
+    """Throughput of every DataLoader setting tried, the fastest one, and what was skipped and why."""
+
+    rows: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+    batch_size: int = 0
+    device: str = "cpu"
+
+    def best_loader_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `DataLoader(dataset, **kwargs)` with the fastest setting (batch size included)."""
+        if self.best is None:
+            raise ValueError("no setting was measured")
+        kw = {"batch_size": self.batch_size, "num_workers": self.best["num_workers"],
+              "pin_memory": self.best["pin_memory"]}
+        if self.best["num_workers"] > 0:  # DataLoader rejects these without workers
+            kw.update(prefetch_factor=self.best["prefetch_factor"],
+                      persistent_workers=self.best["persistent_workers"])
+        return kw
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DataLoaderTuning:
+        return cls(**{k: d[k] for k in ("rows", "best", "notes", "batch_size", "device") if k in d})
+
+    def __repr__(self) -> str:
+        b = self.best
+        best = (f"num_workers={b['num_workers']}, pin_memory={b['pin_memory']}, prefetch_factor="
+                f"{b['prefetch_factor']}, persistent_workers={b['persistent_workers']}: "
+                f"{b['samples_per_s']:.1f} samples/s") if b else "none"
+        return f"DataLoaderTuning({len(self.rows)} settings on {self.device}, best: {best})"
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in ROW_KEYS)
+        body = ""
+        for r in self.rows:
+            style = " style='background:#dcfce7;font-weight:bold'" if r == self.best else ""
+            cells = "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ROW_KEYS)
+            body += f"<tr{style}>{cells}</tr>"
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        return (f"<div><b>DataLoader settings</b> (batch size {self.batch_size}, {self.device}; fastest "
+                f"highlighted)<table><tr>{head}</tr>{body}</table>" + (f"<ul>{notes}</ul>" if notes else "")
+                + "</div>")
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.1f}" if isinstance(v, float) else html.escape(str(v))
+
+
+def _as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def default_workers(cpu_count: int | None = None) -> list[int]:
+    """0, 1, 2, 4, ... up to the CPU count (the count itself included)."""
+    n = cpu_count or usable_cores()
+    out = [0] + [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return out if out[-1] == n else out + [n]
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def _shutdown(it: Any) -> None:
+    # Stop worker processes now rather than whenever the garbage collector gets to the iterator.
+    if hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
+
+
+class _EpochSampler(Sampler[int]):
+    """Random indices, `num_samples` per epoch (settable between epochs), with replacement when the data is short."""
+
+    def __init__(self, n_data: int, seed: int = 0):
+        if n_data <= 0:
+            raise ValueError("dataset must not be empty")
+        self.n_data, self.num_samples, self.generator = n_data, n_data, torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        n, k = self.n_data, self.num_samples
+        g = self.generator
+        idx = torch.randperm(n, generator=g)[:k] if k <= n else torch.randint(n, (k,), generator=g)
+        return iter(idx.tolist())
+
+
+def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, batch_size: int,
+                    device: Any = None, workers: Sequence[int] | None = None,
+                    pin_memory: bool | Sequence[bool] = (False, True), prefetch_factor: int | Sequence[int] = (2, 4),
+                    persistent_workers: bool | Sequence[bool] = (False, True), batches: int = 20,
+                    warmup_batches: int = 2, progress: bool = True, multiprocessing_context: Any = None,
+                    seed: int = 0) -> DataLoaderTuning:
+    """Time `model_step(x, y)` fed by a DataLoader under each combination of settings; return them all.
+
+    Each setting runs a warm-up epoch of `warmup_batches`, then a timed epoch of `batches`: the timed epoch
+    starts with `iter(loader)`, so it pays the worker start-up that every epoch pays unless the workers are
+    persistent. Batches reach `model_step` already on `device` (copied with non_blocking=True, which is
+    asynchronous only from pinned memory). The clock is read after a synchronize. `cpu_percent` is the whole
+    host's CPU use during the timed epoch (psutil). prefetch_factor and persistent_workers only apply with
+    workers; pin_memory=True only with CUDA.
+    """
+    _check_int("batch_size", batch_size, 1)
+    _check_int("batches", batches, 1)
+    _check_int("warmup_batches", warmup_batches, 0)
+    if not callable(model_step):
+        raise ValueError("model_step must be callable as model_step(x, y)")
+    workers = list(default_workers() if workers is None else _as_tuple(workers))
+    for w in workers:
+        _check_int("workers", w, 0)
+    prefetch = tuple(dict.fromkeys(_as_tuple(prefetch_factor)))
+    for p in prefetch:
+        _check_int("prefetch_factor", p, 1)
+    pins, persist = _as_tuple(pin_memory), _as_tuple(persistent_workers)
+    if not workers or not prefetch or not pins or not persist:
+        raise ValueError("workers, pin_memory, prefetch_factor and persistent_workers need at least one value")
+    dev = as_torch_device(device)
+    notes = []
+    if True in pins and dev.type != "cuda":
+        pins = tuple(p for p in pins if not p) or (False,)
+        notes.append("pin_memory=True skipped: pinned memory only helps (and only works) with a CUDA device")
+    if max(workers) > usable_cores():
+        notes.append(f"more workers than usable CPU cores ({usable_cores()}): they compete for the same cores")
+
+    settings = []
+    for w, pin in itertools.product(dict.fromkeys(workers), dict.fromkeys(pins)):
+        if w == 0:
+            settings.append((0, bool(pin), None, False))
+        else:
+            settings += [(w, bool(pin), pf, bool(ps)) for pf, ps in itertools.product(prefetch, dict.fromkeys(persist))]
+
+    sampler = _EpochSampler(len(dataset), seed)
+    rows = []
+    for w, pin, pf, ps in tqdm(settings, desc="DataLoader settings", disable=not progress):
+        sampler.generator.manual_seed(seed)  # every setting reads the same images in the same order
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=w, pin_memory=pin,
+                            prefetch_factor=pf, persistent_workers=ps,
+                            multiprocessing_context=multiprocessing_context if w > 0 else None)
+        its = []
+        try:
+            # Whole epochs, as in training: at an epoch's end non-persistent workers exit, persistent ones wait.
+            if warmup_batches:
+                sampler.num_samples = warmup_batches * batch_size
+                its.append(iter(loader))
+                for x, y in its[-1]:
+                    model_step(*to_device((x, y), dev, non_blocking=pin))
+            sampler.num_samples = batches * batch_size
+            synchronize(dev)
+            psutil.cpu_percent(interval=None)  # starts the CPU-use window
+            t0 = time.perf_counter()
+            its.append(iter(loader))
+            n_batches = n_items = 0
+            for x, y in its[-1]:
+                model_step(*to_device((x, y), dev, non_blocking=pin))
+                n_batches, n_items = n_batches + 1, n_items + len(x)
+            synchronize(dev)
+            seconds = time.perf_counter() - t0
+            cpu = psutil.cpu_percent(interval=None)
+        finally:
+            for it in its:
+                _shutdown(it)
+            del its, loader
+        rows.append(dict(num_workers=w, pin_memory=pin, prefetch_factor=pf, persistent_workers=ps,
+                         samples_per_s=n_items / seconds, seconds=seconds, cpu_percent=cpu, batches=n_batches))
+    gc.collect()
+    best = max(rows, key=lambda r: r["samples_per_s"]) if rows else None
+    return DataLoaderTuning(rows=rows, best=best, notes=notes, batch_size=batch_size, device=str(dev))

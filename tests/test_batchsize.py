@@ -1,0 +1,74 @@
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+from gpulab.batchsize import (BatchSizeSearch, SimulatedOutOfMemory, find_max_batch_size, grad_accumulation_matches,
+                              is_oom)
+from gpulab.workloads import MLP
+
+
+def test_simulated_limit_finds_the_exact_largest_batch():
+    calls = []
+    res = find_max_batch_size(calls.append, memory_limit_bytes=1234, memory_fn=lambda b: b * 100,
+                              device="cpu", timed_steps=2, progress=False)
+    assert res.max_fitting == 12
+    tried = [(r["batch_size"], r["fits"]) for r in res.tried]
+    assert tried == [(1, True), (2, True), (4, True), (8, True), (16, False), (12, True), (14, False), (13, False)]
+    assert set(calls) == {1, 2, 4, 8, 12}  # failing sizes never ran the step
+    fitting = [r for r in res.tried if r["fits"]]
+    assert res.best_throughput == max(fitting, key=lambda r: r["samples_per_s"])["batch_size"]
+    assert all(r["samples_per_s"] > 0 and r["peak_mem_bytes"] is None for r in fitting)
+    assert all("out of memory" in r["error"] for r in res.tried if not r["fits"])
+    assert res.memory_recovered is None and "<table" in res._repr_html_()
+
+
+def test_search_stops_at_max_batch_and_handles_nothing_fitting():
+    res = find_max_batch_size(lambda b: None, max_batch=48, measure_throughput=False, device="cpu", progress=False)
+    assert res.max_fitting == 48 and res.best_throughput is None
+    assert [r["batch_size"] for r in res.tried] == [1, 2, 4, 8, 16, 32, 48]
+    none = find_max_batch_size(lambda b: None, memory_limit_bytes=10, memory_fn=lambda b: 100, device="cpu",
+                               progress=False)
+    assert none.max_fitting is None and none.best_throughput is None
+
+
+def test_real_oom_errors_are_caught_and_others_are_not():
+    def step(b):
+        if b > 5:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert find_max_batch_size(step, device="cpu", progress=False, timed_steps=1).max_fitting == 5
+    assert is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried... out of memory"))
+    assert is_oom(SimulatedOutOfMemory("simulated out of memory"))
+    with pytest.raises(ValueError, match="boom"):
+        find_max_batch_size(lambda b: (_ for _ in ()).throw(ValueError("boom")), device="cpu", progress=False)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(start=0), "start"), (dict(max_batch=-1), "max_batch"), (dict(start=8, max_batch=4), "start"),
+    (dict(memory_limit_bytes=100), "memory_fn"), (dict(memory_fn=len), "memory_limit_bytes"), (dict(memory_limit_bytes=-5, memory_fn=len), "memory_limit_bytes")])
+def test_bad_arguments_raise(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        find_max_batch_size(lambda b: None, device="cpu", progress=False, **kwargs)
+
+
+def test_result_round_trips_through_json():
+    res = find_max_batch_size(lambda b: None, memory_limit_bytes=1234, memory_fn=lambda b: b * 100,
+                              device="cpu", timed_steps=1, progress=False)
+    back = BatchSizeSearch.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back == res and back.max_fitting == 12
+
+
+def test_grad_accumulation_matches_one_big_batch():
+    x, y = torch.randn(32, 10), torch.randint(0, 4, (32,))
+    out = grad_accumulation_matches(lambda: MLP(10, 64, 4, depth=2), x, y, nn.functional.cross_entropy, 4)
+    assert out["max_abs_diff"] < 1e-5 and out["matches"] and out["micro_batch_size"] == 8
+    out64 = grad_accumulation_matches(lambda: MLP(10, 64, 4), x, y, nn.functional.cross_entropy, 4,
+                                      dtype=torch.float64)
+    assert out64["rel_diff"] < 1e-12 and out64["dtype"] == "float64"
+    # BatchNorm couples the samples of a batch: accumulation is no longer the same gradient.
+    bn = grad_accumulation_matches(lambda: nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Linear(16, 4)),
+                                   x, y, nn.functional.cross_entropy, 4)
+    assert not bn["matches"]
+    with pytest.raises(ValueError, match="micro_batches"):
+        grad_accumulation_matches(lambda: MLP(10, 8, 4), x, y, nn.functional.cross_entropy, 5)

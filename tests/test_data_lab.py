@@ -1,0 +1,154 @@
+import psutil
+import pytest
+import torch
+
+from gpulab import data_lab as dl
+from gpulab.experiment import RunResult
+from gpulab.flops import transformer_flops_per_token
+from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset
+
+
+def _no_live_children():
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_worker_counts_include_half_and_all_cores():
+    assert dl.worker_counts(16) == [0, 1, 2, 4, 8, 16]
+    assert dl.worker_counts(12) == [0, 1, 2, 4, 6, 8, 12]
+    assert dl.worker_counts(2, extra=[2, 5]) == [0, 1, 2]  # extras above the core count are dropped
+    assert dl.worker_counts(1) == [0, 1]
+    with pytest.raises(ValueError, match="cores"):
+        dl.worker_counts(0)
+    assert dl.usable_cores() >= 1
+
+
+def test_knee_and_throughput_tables():
+    rows = [dict(num_workers=0, pin_memory=False, samples_per_s=100.0),
+            dict(num_workers=2, pin_memory=False, samples_per_s=300.0),
+            dict(num_workers=2, pin_memory=False, samples_per_s=320.0),  # best of a worker count is kept
+            dict(num_workers=4, pin_memory=False, samples_per_s=330.0),
+            dict(num_workers=4, pin_memory=True, samples_per_s=900.0)]
+    thr = dl.throughput_by_workers(rows, pin_memory=False)
+    assert thr == {0: 100.0, 2: 320.0, 4: 330.0}
+    assert dl.knee(thr, 0.95) == 2 and dl.knee(thr, 1.0) == 4 and dl.knee({}) is None
+    with pytest.raises(ValueError):
+        dl.knee(thr, 0)
+    assert dl.workers_to_feed(0.05, 0.01) == 5 and dl.workers_to_feed(0.001, 0.01) == 1
+    with pytest.raises(ValueError):
+        dl.workers_to_feed(0, 1)
+
+
+def test_cnn_step_trains_and_flops_scale_with_pixels():
+    torch.manual_seed(0)
+    model = SmallCNN(width=4)
+    step = dl.cnn_train_step(model, "cpu")
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = dl.random_image_batches(1, 4, 16)[0]
+    step(x, y)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters())  # released after the step
+    f16, f32 = dl.cnn_train_flops_per_sample(model, 16), dl.cnn_train_flops_per_sample(model, 32)
+    assert f16 > 0 and f32 / f16 == pytest.approx(4, rel=0.01)
+
+
+def test_feed_runs_batches_from_a_cycle_and_a_loader(tmp_path):
+    seen = []
+    batches = dl.random_image_batches(2, 3, 8, pin_memory=True)  # pinning is skipped without CUDA
+    assert batches[0][0].is_pinned() == torch.cuda.is_available()
+    with dl.Feed(dl.cycle(batches), lambda x, y: seen.append(len(x)), "cpu", prefetch=True) as feed:
+        feed.run(5)
+    assert seen == [3] * 5 and feed.samples == 15 and feed.batches == 5 and not feed.prefetch
+    ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
+    loader = dl.endless_loader(ds, batch_size=4, num_workers=1, pin_memory=True)
+    assert loader.pin_memory is torch.cuda.is_available()
+    with dl.Feed(loader, lambda x, y: seen.append(tuple(x.shape)), "cpu") as feed:
+        feed.run(3)  # more batches than one pass over the 8 images: the loader never ends
+        feed.run(1)
+    assert seen[-4:] == [(4, 3, 16, 16)] * 4
+    assert _no_live_children()
+    with pytest.raises(ValueError):
+        dl.Feed(loader, "not callable")
+    with pytest.raises(ValueError):
+        next(dl.cycle([]))
+
+
+def test_epoch_start_times_and_loading_time(tmp_path):
+    ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
+    assert dl.time_batch_loading(ds, 4, batches=2) > 0
+    starts = dl.epoch_start_times(ds, batch_size=4, num_workers=1, epochs=3, batches_per_epoch=2)
+    assert set(starts.first_batch_s) == {"respawn", "persistent"}
+    assert all(len(v) == 3 and min(v) > 0 for v in starts.first_batch_s.values())
+    assert starts.ratio > 0 and starts.to_dict()["later_epochs_s"]["persistent"] > 0
+    assert _no_live_children()
+    with pytest.raises(ValueError, match="epochs"):
+        dl.epoch_start_times(ds, batch_size=4, num_workers=1, epochs=1)
+
+
+def test_utilization_by_workers_measures_each_count(tmp_path):
+    ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
+    step = dl.cnn_train_step(SmallCNN(width=4), "cpu")
+    out = dl.utilization_by_workers(ds, step, [0, 1], batch_size=4, batches_per_call=1, flops_per_sample=1e6,
+                                    min_time_s=0.02, progress=False)
+    assert [w for w, _ in out] == [0, 1]
+    assert all(isinstance(r, RunResult) and r.throughput > 0 and r.flops == 4e6 for _, r in out)
+    assert _no_live_children()
+
+
+def test_gpt_step_accumulates_and_counts_flops():
+    cfg = GPTConfig.smoke()
+    step = dl.GPTTrainStep(cfg, seq_len=16)
+    x, y = step.batch(3)
+    assert x.shape == y.shape == (3, 16) and x.is_contiguous() and y.is_contiguous()
+    before = step.model.lm_head.weight.detach().clone()
+    step(4)
+    step(4, accum=2)
+    assert not torch.equal(before, step.model.lm_head.weight)
+    assert all(p.grad is None for p in step.model.parameters())
+    want = transformer_flops_per_token(step.n_params, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, 16) * 16
+    assert step.flops_per_sequence() == want
+    with pytest.raises(ValueError, match="accum"):
+        step(4, accum=3)
+    with pytest.raises(ValueError, match="seq_len"):
+        dl.GPTTrainStep(cfg, seq_len=cfg.block_size + 1)
+    step.close()
+    assert step.model is None
+
+
+def test_memory_estimate_grows_linearly_with_batch():
+    cfg = GPTConfig.smoke()
+    m1, m2, m4 = (dl.gpt_step_memory_estimate(cfg, b, 32) for b in (1, 2, 4))
+    assert m1 < m2 < m4 and (m4 - m2) == 2 * (m2 - m1)
+
+
+class _FakeStep:
+    """Looks like a GPTTrainStep to batch_sweep; runs out of memory above batch 2."""
+
+    device, seq_len = torch.device("cpu"), 8
+
+    def flops_per_sequence(self):
+        return 1e6
+
+    def __call__(self, b):
+        if b > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+
+
+def test_batch_sweep_rows_and_oom_rows():
+    rows, runs = dl.batch_sweep(_FakeStep(), [1, 2, 4], min_time_s=0.01, progress=False)
+    assert [r["batch_size"] for r in rows] == [1, 2, 4] and set(runs) == {1, 2}
+    assert rows[2]["oom"] and "out of memory" in rows[2]["error"] and rows[2]["samples_per_s"] is None
+    assert rows[0]["tokens_per_s"] == pytest.approx(rows[0]["samples_per_s"] * 8)
+    assert rows[0]["peak_mem_gb"] is None  # no allocator to ask on a CPU
+    assert dl.column(rows, "samples_per_s")[2] is None and dl.row_for(rows, "batch_size", 2) is rows[1]
+    real = dl.GPTTrainStep(GPTConfig.smoke(), seq_len=8)
+    rows, _ = dl.batch_sweep(real, [1, 2], min_time_s=0.01, progress=False)
+    assert all(r["samples_per_s"] > 0 and not r["oom"] for r in rows)
+    calls = []
+    assert dl.peak_memory_gb(lambda: calls.append(1), "cpu") is None and calls == [1]
+
+
+def test_denormalize_round_trips_the_dataset_normalization(tmp_path):
+    ds = SyntheticImageDataset(tmp_path, n_images=2, size=16, augment=False)
+    img = dl.denormalize(ds[0][0])
+    assert img.shape == (16, 16, 3) and 0 <= img.min() and img.max() <= 1

@@ -1,0 +1,67 @@
+import json
+
+import psutil
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from gpulab.dataloading import CUDAPrefetcher, DataLoaderTuning, default_workers, tune_dataloader
+from gpulab.workloads import SyntheticImageDataset
+
+
+def _step(x, y):
+    return (x.float().mean() + y.float().mean()).item()
+
+
+def test_prefetcher_on_cpu_yields_the_loaders_batches():
+    ds = TensorDataset(torch.randn(20, 3), torch.arange(20))
+    loader = DataLoader(ds, batch_size=6)
+    got = list(CUDAPrefetcher(loader, "cpu"))
+    want = list(loader)
+    assert len(got) == len(want) == len(CUDAPrefetcher(loader, "cpu")) == 4
+    for (gx, gy), (wx, wy) in zip(got, want):
+        assert torch.equal(gx, wx) and torch.equal(gy, wy)
+
+
+def test_tune_dataloader_sweeps_and_picks_the_fastest(tmp_path):
+    ds = SyntheticImageDataset(tmp_path, n_images=16, size=16)
+    res = tune_dataloader(ds, _step, batch_size=4, device="cpu", workers=[0, 1], prefetch_factor=2,
+                          persistent_workers=(False, True), batches=3, warmup_batches=1, progress=False)
+    # workers=0: one row (pin_memory=True skipped on CPU); workers=1: prefetch 2 x persistent False/True
+    assert [(r["num_workers"], r["persistent_workers"]) for r in res.rows] == [(0, False), (1, False), (1, True)]
+    assert all(r["samples_per_s"] > 0 and r["batches"] == 3 and r["pin_memory"] is False for r in res.rows)
+    assert res.best == max(res.rows, key=lambda r: r["samples_per_s"])
+    assert any("pin_memory" in n for n in res.notes)
+    kw = res.best_loader_kwargs()
+    assert kw["batch_size"] == 4 and len(DataLoader(ds, **kw)) == 4
+    assert "<table" in res._repr_html_() and "DataLoaderTuning" in repr(res)
+    back = DataLoaderTuning.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back == res
+    alive = [p for p in psutil.Process().children(recursive=True) if p.is_running()
+             and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []  # workers were shut down
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(batch_size=0), "batch_size"), (dict(batch_size=4, workers=[0, -1]), "workers"),
+    (dict(batch_size=4, prefetch_factor=0), "prefetch_factor"), (dict(batch_size=4, batches=0), "batches")])
+def test_tune_dataloader_rejects_bad_input_before_any_work(kwargs, name):
+    calls = []
+    with pytest.raises(ValueError, match=name):
+        tune_dataloader(TensorDataset(torch.randn(8, 2), torch.arange(8)), lambda x, y: calls.append(1),
+                        progress=False, **kwargs)
+    assert calls == []
+
+
+def test_default_workers():
+    assert default_workers(1) == [0, 1]
+    assert default_workers(6) == [0, 1, 2, 4, 6]
+    assert default_workers(16) == [0, 1, 2, 4, 8, 16]
+
+
+def test_image_dataset_works_in_spawned_workers(tmp_path):
+    # Under spawn/forkserver the dataset is pickled into each worker: it must live in an importable module.
+    ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
+    loader = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="spawn")
+    xs = [x for x, _ in loader]
+    assert len(xs) == 2 and xs[0].shape == (4, 3, 16, 16)

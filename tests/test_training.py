@@ -1,0 +1,249 @@
+import json
+import math
+
+import pytest
+import torch
+
+import gpulab as gl
+from gpulab import training as T
+from gpulab.workloads import GPT, GPTConfig, build_text_corpus
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return torch.frombuffer(bytearray(build_text_corpus(60_000).encode()), dtype=torch.uint8).clone()
+
+
+def tiny(**overrides):
+    model = GPTConfig.smoke(vocab_size=300, block_size=32, n_embd=32)
+    return T.TrainConfig(**{**dict(model=model, batch_size=2, warmup_steps=2), **overrides})
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(batch_size=0), "batch_size"), (dict(grad_accum=-1), "grad_accum"), (dict(seq_len=33), "seq_len"),
+    (dict(autocast="fp8"), "autocast"), (dict(param_dtype="fp16"), "param_dtype"), (dict(attn="flash"), "attn"),
+    (dict(num_workers=-1), "num_workers"), (dict(lr=0.0), "lr"), (dict(loss_multiplier=float("nan")), "loss_multiplier"),
+    (dict(grad_clip=0.0), "grad_clip"), (dict(param_dtype="bf16", autocast="bf16"), "param_dtype"),
+    (dict(grad_scaler=True, param_dtype="bf16"), "grad_scaler")])
+def test_bad_config_raises_value_error_naming_the_field(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        tiny(**kwargs)
+
+
+def test_config_derived_values():
+    cfg = tiny(batch_size=4, grad_accum=3, seq_len=16)
+    assert cfg.tokens_per_step == 4 * 3 * 16
+    assert cfg.matmul_dtype == "fp32"
+    assert cfg.replace(tf32=True).matmul_dtype == "tf32"
+    assert cfg.replace(tf32=True, autocast="bf16").matmul_dtype == "bf16"
+    assert cfg.replace(param_dtype="bf16").matmul_dtype == "bf16"
+    assert cfg.vocab_size == 300 and cfg.replace(pad_vocab=True).vocab_size == 320
+    # The padded rows are not useful work: the FLOP count is the unpadded model's.
+    assert cfg.replace(pad_vocab=True).flops_per_token() == cfg.flops_per_token()
+    assert set(cfg.replace(tf32=True, batch_size=8).changes_from(cfg)) == {"tf32", "batch_size"}
+    json.dumps(cfg.to_dict())
+    assert T.TrainConfig().model.vocab_size == 50257 and T.TrainConfig().attn == "manual"  # defaults: the naive loop
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_gpt_num_params_formula_matches_the_model(bias):
+    for cfg in (GPTConfig.smoke(bias=bias), GPTConfig.smoke(n_layer=3, n_embd=96, n_head=4, vocab_size=777, bias=bias)):
+        assert T.gpt_num_params(cfg) == GPT(cfg).num_params()
+
+
+def test_flops_per_token_is_6n_plus_attention():
+    cfg = tiny(seq_len=16)
+    m = cfg.model
+    n = T.gpt_num_params(m)
+    assert cfg.flops_per_token() == 6 * n + 12 * m.n_layer * m.n_embd * 16
+
+
+def test_padded_model_keeps_the_real_rows_and_every_other_weight():
+    a, b = T.build_model(tiny()), T.build_model(tiny(pad_vocab=True))
+    assert b.wte.weight.shape[0] == 320 and b.lm_head.weight is b.wte.weight
+    assert torch.equal(a.wte.weight, b.wte.weight[:300])
+    sa, sb = a.state_dict(), b.state_dict()
+    for k in sa:
+        if k not in ("wte.weight", "lm_head.weight"):
+            assert torch.equal(sa[k], sb[k]), k
+
+
+def test_sync_modes_accumulation_and_workers_see_the_same_data(tokens):
+    base = T.train_steps(tiny(), 4, tokens=tokens).losses
+    assert len(base) == 4 and all(math.isfinite(v) for v in base)
+    assert T.train_steps(tiny(sync_every_step=False), 4, tokens=tokens).losses == pytest.approx(base, abs=1e-6)
+    # 2 sequences per step as 1 x 2 accumulated: the same sequences, the same (averaged) gradient.
+    assert T.train_steps(tiny(batch_size=1, grad_accum=2), 4, tokens=tokens).losses == pytest.approx(base, rel=1e-4)
+    assert T.train_steps(tiny(num_workers=1), 4, tokens=tokens).losses == pytest.approx(base, abs=1e-6)
+
+
+def test_losses_stay_tensors_without_per_step_sync(tokens):
+    with T.Trainer(tiny(sync_every_step=False), tokens) as tr:
+        tr.step()
+        tr.step()
+        assert all(isinstance(v, torch.Tensor) for v in tr._losses)
+        assert len(tr.losses()) == 2
+    with T.Trainer(tiny(), tokens) as tr:
+        tr.step()
+        assert isinstance(tr._losses[0], float)
+
+
+def test_reset_gives_the_same_run_again(tokens):
+    with T.Trainer(tiny(fused_adamw=True, lr=3e-3), tokens) as tr:
+        for _ in range(8):
+            tr.step()
+        first = tr.losses()
+        tr.reset()
+        for _ in range(8):
+            tr.step()
+        assert tr.losses() == pytest.approx(first, abs=1e-6)
+        assert first[-1] < first[0]  # it trains
+
+
+def test_train_steps_result_and_reuse(tokens):
+    cfg = tiny()
+    r = T.train_steps(cfg, 5, tokens=tokens, label="tiny", progress=True)
+    assert r.steps == 5 and r.step_s > 0 and r.tokens_per_s == pytest.approx(cfg.tokens_per_step / r.step_s)
+    assert r.mfu is None and r.peak_memory_gb is None  # no datasheet peak and no GPU memory on a CPU
+    assert r.final_loss == pytest.approx(r.losses[-1])
+    d = json.loads(json.dumps(r.to_dict()))
+    assert T.TrainResult.from_dict(d).summary()["steps"] == 5
+    assert "tiny" in repr(r)
+    with T.Trainer(cfg, tokens) as tr:
+        again = T.train_steps(cfg, 5, trainer=tr)
+        assert again.losses == pytest.approx(r.losses, abs=1e-6)
+        with pytest.raises(ValueError, match="differs"):
+            T.train_steps(cfg.replace(lr=1e-3), 2, trainer=tr)
+    with pytest.raises(ValueError, match="steps"):
+        T.train_steps(cfg, 0, tokens=tokens)
+    with pytest.raises(ValueError, match="tokens"):
+        T.train_steps(cfg, 2)
+
+
+def test_precision_modes():
+    base = tiny(attn="sdpa")
+    assert T.precision_config("fp32", base).matmul_dtype == "fp32"
+    assert T.precision_config("tf32", base).tf32
+    fp16 = T.precision_config("fp16", base)
+    assert fp16.autocast == "fp16" and fp16.grad_scaler
+    assert not T.precision_config("fp16_noscale", base).grad_scaler
+    assert T.precision_config("bf16", base).autocast == "bf16"
+    assert T.precision_config("bf16_weights", base).param_dtype == "bf16"
+    assert T.precision_config("bf16", T.precision_config("fp16", base)).grad_scaler is False
+    with pytest.raises(ValueError, match="mode"):
+        T.precision_config("fp8", base)
+
+
+@pytest.mark.parametrize("mode", ["fp16", "bf16", "bf16_weights"])
+def test_precision_modes_train_on_cpu(tokens, mode):
+    r = T.train_steps(T.precision_config(mode, tiny(attn="sdpa", batch_size=1, seq_len=16)), 3, tokens=tokens)
+    assert all(math.isfinite(v) for v in r.losses)
+
+
+def test_format_info_matches_finfo_and_tf32_layout():
+    f16, bf16, tf32 = T.format_info("fp16"), T.format_info("bfloat16"), T.format_info("tf32")
+    assert (f16.exponent_bits, f16.mantissa_bits, f16.max) == (5, 10, 65504.0)
+    assert f16.smallest_subnormal == pytest.approx(2.0**-24)
+    assert (bf16.exponent_bits, bf16.mantissa_bits) == (8, 7)
+    assert (tf32.exponent_bits, tf32.mantissa_bits) == (8, 10)
+    assert tf32.max == pytest.approx(torch.finfo(torch.float32).max, rel=1e-3)
+    assert T.format_info("fp32").decimal_digits == pytest.approx(7.22, abs=0.01)
+    with pytest.raises(ValueError, match="name"):
+        T.format_info("fp8")
+
+
+def test_effective_mantissa_bits_on_cpu():
+    assert T.effective_mantissa_bits("fp32", "cpu", n=64) == 23
+    assert T.effective_mantissa_bits("bf16", "cpu", n=64) == 7
+    assert T.effective_mantissa_bits("fp16", "cpu", n=64) == 10
+    assert T.effective_mantissa_bits("tf32", "cpu") is None
+
+
+def test_gradient_underflow_counts_what_fp16_loses(tokens):
+    cfg = GPTConfig.smoke(vocab_size=300, block_size=32, n_embd=32)
+    rep = T.gradient_underflow(cfg, tokens, batch_size=2, loss_multiplier=2.0**-12)
+    assert rep.row("fp32")["param_grads_zeroed"] == 0
+    assert rep.row("fp16_noscale")["logit_grads_zeroed"] > 0.5
+    assert rep.row("fp16_scaled")["logit_grads_zeroed"] < 0.01 and rep.scale >= 2.0**10
+    assert rep.row("fp16_scaled")["grad_rel_error"] < rep.row("fp16_noscale")["grad_rel_error"]
+    assert len(rep.hist_edges) == len(rep.hist_logits) + 1 and sum(rep.hist_params) > 0
+    json.dumps(rep.to_dict())
+    assert "underflow" in rep._repr_html_().lower()
+    fig = T.plot_underflow(rep)
+    assert len(fig.axes) == 2
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def test_waterfall_is_cumulative_one_change_at_a_time():
+    naive = tiny(batch_size=2)
+    steps = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=1)
+    labels = [s[0] for s in steps]
+    assert labels[0] == "naive FP32" and labels[-1] == "+ torch.compile" and len(set(labels)) == len(labels)
+    changed = [set(b.changes_from(a)) for (_, a), (_, b) in zip(steps, steps[1:])]
+    assert changed == [{"tf32"}, {"autocast"}, {"fused_adamw"}, {"attn"}, {"batch_size", "grad_accum"},
+                       {"sync_every_step"}, {"num_workers", "pin_memory"}, {"pad_vocab"}, {"compile"}]
+    final = steps[-1][1]
+    assert final.compile and final.pad_vocab and final.autocast == "bf16"
+    assert not any(c.compile for _, c in T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=1,
+                                                                compile=False))
+    # An already padded vocabulary has no padding step.
+    padded = tiny(model=GPTConfig.smoke(vocab_size=320, block_size=32, n_embd=32))
+    assert "+ vocab padded to 64x" not in [s[0] for s in T.waterfall_configs(padded, batch_size=4, grad_accum=2,
+                                                                              num_workers=0)]
+
+
+def test_matched_reference_sees_the_final_configs_data_per_step():
+    naive = tiny(batch_size=3)
+    final = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0)[-1][1]
+    ref = T.matched_reference(naive, final)
+    assert ref.tokens_per_step == final.tokens_per_step
+    assert ref.batch_size == 1 and ref.grad_accum == 8  # gcd(3, 8) = 1
+    assert (ref.autocast, ref.attn, ref.compile, ref.pad_vocab, ref.fused_adamw) == (None, "manual", False, False, False)
+
+
+def test_halve_batch():
+    assert T.halve_batch(tiny(batch_size=8, grad_accum=2)).batch_size == 4
+    assert T.halve_batch(tiny(batch_size=8, grad_accum=2)).tokens_per_step == tiny(batch_size=8, grad_accum=2).tokens_per_step
+    assert T.halve_batch(tiny(batch_size=1)) is None and T.halve_batch(tiny(batch_size=3)) is None
+
+
+def test_measure_config_and_per_items(tokens):
+    dev = gl.get_device()
+    run, tr = T.measure_config("tiny", tiny(), tokens, device=dev, min_time_s=0.02, monitor=False, keep=True)
+    assert tr is not None and tr.model is not None
+    tr.close()
+    assert tr.model is None
+    row = run.row()
+    assert row["label"] == "tiny" and row["tokens_per_s"] > 0 and row["mfu_bf16_peak"] is None
+    json.dumps(row)
+    scaled = T.per_items(run.run, 4 * run.config.tokens_per_step)
+    assert scaled.seconds == pytest.approx(4 * run.run.seconds)
+    assert scaled.throughput == pytest.approx(run.run.throughput)
+    cmp = gl.Comparison(name="x", before=scaled, after=run.run)
+    assert cmp.speedup == pytest.approx(4.0)
+
+
+def test_measure_config_halves_the_batch_on_out_of_memory(tokens, monkeypatch):
+    real_step = T.Trainer.step
+
+    def step(self):
+        if self.cfg.batch_size > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB (simulated)")
+        real_step(self)
+
+    monkeypatch.setattr(T.Trainer, "step", step)
+    run, _ = T.measure_config("oom", tiny(batch_size=4), tokens, min_time_s=0.02, monitor=False)
+    assert run.config.batch_size == 1 and run.config.grad_accum == 4
+    assert len(run.notes) == 2 and "out of memory" in run.notes[0]
+    monkeypatch.setattr(T.Trainer, "step", lambda self: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        T.measure_config("err", tiny(), tokens, min_time_s=0.02, monitor=False)
+
+
+def test_smooth_and_table():
+    assert T.smooth([1, 2, 3, 4], 2) == [1, 1.5, 2.5, 3.5]
+    with pytest.raises(ValueError):
+        T.smooth([1.0], 0)
+    t = T.Table([{"a": 1.2345, "b": None}], [("a", "A", "{:.2f}"), ("b", "B", None)], title="t")
+    assert "1.23" in repr(t) and "n/a" in t._repr_html_()
