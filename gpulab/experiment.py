@@ -214,10 +214,13 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                  dtype: str | None = None, after_dtype: str | None = None,
                  items: float | None = None, after_items: float | None = None, item_name: str = "samples",
                  min_time_s: float | None = None, monitor: bool = True, profile: bool = False,
-                 device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None) -> Comparison:
+                 device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None,
+                 interleave: bool = True) -> Comparison:
     """Run `before` and `after` through the same harness and compare them.
 
     `flops`, `dtype` and `items` apply to both sides unless an `after_*` value is given (e.g. a bf16 after).
+    `interleave` adds four short alternating rounds (before, after, after, before, ...) to both sides'
+    timings, so that drift between the two windows (clocks, temperature, host load) does not read as a speedup.
     """
     if not name:
         raise ValueError("name must be a non-empty string")
@@ -227,6 +230,14 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, **common)
     a = measure(after, label=after_label, flops=after_flops or flops, dtype=after_dtype or dtype,
                 items=after_items or items, **common)
+    if interleave:
+        round_s = (min_time_s or default_min_time(device)) / 4
+        for i in range(4):
+            sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
+            for fn, run in sides:
+                extra = benchmark(fn, min_time_s=round_s, warmup_s=0, device=device.torch_device)
+                run.measurement.times_s.extend(extra.times_s)
+                run.measurement.meta["interleaved_rounds"] = i + 1
     return Comparison(name=name, before=b, after=a, device=device.name)
 
 

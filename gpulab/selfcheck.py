@@ -48,12 +48,12 @@ def _idle_window(device: DeviceInfo, seconds: float, settle_s: float = 0.0) -> M
     return mon
 
 
-def _small_training_loop(device: DeviceInfo, width: int):
+def _small_training_loop(device: DeviceInfo, width: int, batch: int):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, width)
                                 ).to(device.torch_device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(256, width, device=device.torch_device)
+    x = torch.randn(batch, width, device=device.torch_device)
 
     def step():
         loss = model(x).square().mean()
@@ -63,14 +63,17 @@ def _small_training_loop(device: DeviceInfo, width: int):
     return step
 
 
-def monitor_overhead(device: DeviceInfo, *, phases: int = 8, blocks: int = 10, block_s: float = 0.3,
-                     width: int = 512) -> tuple[Measurement, Measurement]:
+def monitor_overhead(device: DeviceInfo, *, phases: int = 12, blocks: int = 8, block_s: float = 0.25,
+                     width: int = 2048, batch: int = 2048) -> tuple[Measurement, Measurement]:
     """Per-step time of a small training loop with the monitor off and on, in alternating phases of one run.
 
-    Each "on" phase keeps one Monitor running across all its blocks (several seconds), so the monitor's
-    polling thread really competes with the loop; phases go off, on, on, off, ... against drift.
+    Each "on" phase keeps one Monitor running across all its blocks (seconds), so the monitor's polling
+    thread really competes with the loop; phases go off, on, on, off, ... against drift. The default loop
+    (two 2048-wide layers, batch 2048, FP32) keeps the GPU busy for a few ms per step, like real training;
+    a loop of sub-millisecond steps is bound by the host's launch speed, whose run-to-run noise (several %
+    on a shared host) hides an effect this small.
     """
-    step = _small_training_loop(device, width)
+    step = _small_training_loop(device, width, batch)
     for _ in range(20):
         step()
     synchronize()
@@ -111,8 +114,8 @@ def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
     idle = _idle_window(device, idle_s, settle_s=0.0 if smoke else 1.5).trace
     result.record("matmul_window", busy.to_dict())
     result.record("idle_window", idle.to_dict())
-    off, on = monitor_overhead(device, phases=2 if smoke else 8, blocks=3 if smoke else 10,
-                               block_s=0.02 if smoke else 0.3)
+    off, on = (monitor_overhead(device, phases=2, blocks=3, block_s=0.02, width=256, batch=64) if smoke
+               else monitor_overhead(device))
     ratio = on.median / off.median
     cmp = Comparison("monitor overhead (small training loop)", RunResult("monitor off", off, item_name="steps"),
                      RunResult("monitor on", on, item_name="steps"), device=device.name,
