@@ -19,6 +19,7 @@ import gc
 import html
 import math
 import statistics
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -71,7 +72,9 @@ class TrainConfig:
         param_dtype: "fp32" or "bf16" (weights, gradients and AdamW state all in BF16: no FP32 master copy).
         fused_adamw: AdamW(fused=True), one kernel for the whole update; False is PyTorch's default
             implementation (foreach on a GPU).
-        attn: "manual" (softmax(QKᵀ/√d)V, materializes the T×T scores) or "sdpa" (fused, flash on a GPU).
+        attn: "manual" (softmax(QKᵀ/√d)V, materializes the T×T scores), "sdpa" (fused, flash on a GPU) or
+            "cudnn" (SDPA restricted to cuDNN's fused attention, which is faster than flash on Hopper;
+            see `cudnn_attention_available`).
         sync_every_step: read the loss with .item() every step (a CPU-GPU sync); False keeps the losses
             as GPU tensors and reads them once at the end.
         num_workers, pin_memory: the DataLoader's worker processes and page-locked batches (pinned batches
@@ -128,8 +131,8 @@ class TrainConfig:
             raise ValueError("param_dtype='bf16' already runs every op in BF16: use autocast=None with it")
         if self.grad_scaler and self.param_dtype != "fp32":
             raise ValueError("grad_scaler needs FP32 weights (it unscales FP32 gradients)")
-        if self.attn not in ("manual", "sdpa"):
-            raise ValueError(f"attn={self.attn!r} is not supported; allowed: manual, sdpa")
+        if self.attn not in ("manual", "sdpa", "cudnn"):
+            raise ValueError(f"attn={self.attn!r} is not supported; allowed: manual, sdpa, cudnn")
         if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 0:
             raise ValueError(f"num_workers={self.num_workers!r} must be an integer >= 0")
         for name in ("lr", "loss_multiplier"):
@@ -207,6 +210,29 @@ def gpt_num_params(cfg: GPTConfig) -> int:
 
 # ---------------------------------------------------------------- the loop
 
+def _attention_backend(attn: str):
+    """For attn="cudnn": SDPA may use only cuDNN's kernel (torch.compile traces under the same choice)."""
+    if attn != "cudnn":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+
+
+def cudnn_attention_available(device: Any = None) -> tuple[bool, str]:
+    """Whether SDPA's cuDNN backend runs a small causal BF16 attention forward and backward here, and why not."""
+    dev = _as_torch_device(device)
+    if dev.type != "cuda":
+        return False, "cuDNN attention needs a CUDA GPU"
+    try:
+        q = torch.randn(2, 4, 128, 64, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        with _attention_backend("cudnn"):
+            torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+        torch.cuda.synchronize(dev)
+        return True, ""
+    except Exception as e:  # no cuDNN, an old cuDNN, or a GPU its fused attention does not support
+        return False, f"cuDNN attention unavailable: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
+
+
 def build_model(cfg: TrainConfig) -> GPT:
     """The GPT for `cfg`, initialised on the CPU from cfg.seed (the same weights on every device).
 
@@ -214,9 +240,10 @@ def build_model(cfg: TrainConfig) -> GPT:
     own small random values.
     """
     torch.manual_seed(cfg.seed)
-    model = GPT(cfg.model, attn=cfg.attn)
+    attn = "sdpa" if cfg.attn == "cudnn" else cfg.attn  # the same module; the step picks cuDNN's kernel
+    model = GPT(cfg.model, attn=attn)
     if cfg.vocab_size != cfg.model.vocab_size:
-        padded = GPT(cfg.model_config(), attn=cfg.attn)
+        padded = GPT(cfg.model_config(), attn=attn)
         state = model.state_dict()
         extra = torch.randn(cfg.vocab_size - cfg.model.vocab_size, cfg.model.n_embd,
                             generator=torch.Generator().manual_seed(cfg.seed + 1)) * 0.02
@@ -331,7 +358,7 @@ class Trainer:
     def step(self) -> None:
         """One optimizer step: grad_accum forward/backward passes, clipping, AdamW; the loss is recorded."""
         cfg = self.cfg
-        with float32_matmul_precision("high" if cfg.tf32 else "highest"):
+        with float32_matmul_precision("high" if cfg.tf32 else "highest"), _attention_backend(cfg.attn):
             total = None
             for _ in range(cfg.grad_accum):
                 x, y = self._next_batch()
@@ -559,11 +586,12 @@ def describe(cfg: TrainConfig) -> str:
 # ---------------------------------------------------------------- the case study's waterfall (notebook 08)
 
 def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, num_workers: int,
-                      compile: bool = True) -> list[tuple[str, TrainConfig]]:
+                      compile: bool = True, cudnn_attention: bool = False) -> list[tuple[str, TrainConfig]]:
     """The case study's steps, each adding one change to the previous: (label, config) from naive to fast.
 
     Order: TF32, BF16 autocast, fused AdamW, SDPA attention, a larger batch with gradient accumulation,
-    no per-step .item(), DataLoader workers + pinned memory, the padded vocabulary, torch.compile.
+    no per-step .item(), DataLoader workers + pinned memory, the padded vocabulary, cuDNN attention (with
+    `cudnn_attention`, where `cudnn_attention_available` says it runs), torch.compile.
     The vocabulary is padded before compiling so the model is compiled once, not twice. Labels do not
     carry sizes (describe(config) does), so runs of different sizes line up step by step.
     """
@@ -582,6 +610,8 @@ def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, n
         pin_memory=True)
     if not naive.pad_vocab and pad_vocab_size(naive.model.vocab_size) != naive.model.vocab_size:
         add("+ vocab padded to 64x", pad_vocab=True)
+    if cudnn_attention:
+        add("+ cuDNN attention", attn="cudnn")
     if compile:
         add("+ torch.compile", compile=True)
     return steps

@@ -193,6 +193,19 @@ def test_waterfall_is_cumulative_one_change_at_a_time():
                                                                               num_workers=0)]
 
 
+def test_cudnn_attention_step_comes_before_compile_and_is_probed():
+    naive = tiny(batch_size=2)
+    steps = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0, cudnn_attention=True)
+    labels = [s[0] for s in steps]
+    assert labels[-2:] == ["+ cuDNN attention", "+ torch.compile"]
+    assert steps[-2][1].changes_from(steps[-3][1]) == {"attn": ("sdpa", "cudnn")}
+    assert T.build_model(steps[-2][1]).attn == "sdpa"  # the same module; only the kernel differs
+    ok, why = T.cudnn_attention_available("cpu")
+    assert not ok and "CUDA" in why
+    with pytest.raises(ValueError, match="attn=.*allowed: manual, sdpa, cudnn"):
+        tiny(attn="flash")
+
+
 def test_matched_reference_sees_the_final_configs_data_per_step():
     naive = tiny(batch_size=3)
     final = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0)[-1][1]
