@@ -57,6 +57,9 @@ def is_oom(exc: BaseException) -> bool:
 
 # ---------------------------------------------------------------- configuration
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """One GPT training loop, one field per optimization. The defaults are the naive loop.
@@ -80,6 +83,8 @@ class TrainConfig:
         num_workers, pin_memory: the DataLoader's worker processes and page-locked batches (pinned batches
             are copied with non_blocking=True; pinning is skipped off CUDA).
         compile: torch.compile the model (forward and backward).
+        compile_mode: torch.compile's mode: "default", "reduce-overhead" (CUDA graphs), "max-autotune" or
+            "max-autotune-no-cudagraphs" (GEMM autotuning and epilogue fusion: minutes of compiling).
         pad_vocab: round the vocabulary up to a multiple of 64 (50257 -> 50304); the extra rows are never
             targets, the real rows start from the same weights as the unpadded model.
         lr, warmup_steps, weight_decay, grad_clip: AdamW with linear warm-up, decay on matrices only, and
@@ -103,6 +108,7 @@ class TrainConfig:
     num_workers: int = 0
     pin_memory: bool = False
     compile: bool = False
+    compile_mode: str = "default"
     pad_vocab: bool = False
     lr: float = 6e-4
     warmup_steps: int = 10
@@ -133,6 +139,8 @@ class TrainConfig:
             raise ValueError("grad_scaler needs FP32 weights (it unscales FP32 gradients)")
         if self.attn not in ("manual", "sdpa", "cudnn"):
             raise ValueError(f"attn={self.attn!r} is not supported; allowed: manual, sdpa, cudnn")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode={self.compile_mode!r} is not supported; allowed: {', '.join(COMPILE_MODES)}")
         if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 0:
             raise ValueError(f"num_workers={self.num_workers!r} must be an integer >= 0")
         for name in ("lr", "loss_multiplier"):
@@ -281,7 +289,7 @@ class Trainer:
         model = build_model(cfg)
         self._init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         self.model = model.to(self.device, dtype=PARAM_DTYPES[cfg.param_dtype])
-        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        self.forward = torch.compile(self.model, mode=cfg.compile_mode) if cfg.compile else self.model
         self.autocast_dtype = AUTOCAST_DTYPES.get(cfg.autocast)
         if cfg.autocast == "fp16" and self.device.type == "cpu":
             self.notes.append("FP16 autocast on a CPU runs, but slowly: CPUs have no FP16 matmul units")
@@ -586,7 +594,8 @@ def describe(cfg: TrainConfig) -> str:
 # ---------------------------------------------------------------- the case study's waterfall (notebook 08)
 
 def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, num_workers: int,
-                      compile: bool = True, cudnn_attention: bool = False) -> list[tuple[str, TrainConfig]]:
+                      compile: bool = True, cudnn_attention: bool = False,
+                      compile_mode: str = "default") -> list[tuple[str, TrainConfig]]:
     """The case study's steps, each adding one change to the previous: (label, config) from naive to fast.
 
     Order: TF32, BF16 autocast, fused AdamW, SDPA attention, a larger batch with gradient accumulation,
@@ -613,7 +622,7 @@ def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, n
     if cudnn_attention:
         add("+ cuDNN attention", attn="cudnn")
     if compile:
-        add("+ torch.compile", compile=True)
+        add("+ torch.compile", compile=True, compile_mode=compile_mode)
     return steps
 
 

@@ -204,6 +204,11 @@ def test_cudnn_attention_step_comes_before_compile_and_is_probed():
     assert not ok and "CUDA" in why
     with pytest.raises(ValueError, match="attn=.*allowed: manual, sdpa, cudnn"):
         tiny(attn="flash")
+    with pytest.raises(ValueError, match="compile_mode=.*allowed: default, reduce-overhead"):
+        tiny(compile_mode="fast")
+    last = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0,
+                               compile_mode="max-autotune-no-cudagraphs")[-1][1]
+    assert last.compile and last.compile_mode == "max-autotune-no-cudagraphs"
 
 
 def test_matched_reference_sees_the_final_configs_data_per_step():
