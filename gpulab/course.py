@@ -206,7 +206,7 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
         fig = summary_figure(results, reference)
         fig.suptitle(f"gpulab: what each change gained on {device}", fontsize=10)
         png = out / "summary.png"
-        fig.savefig(png.with_suffix(".png.tmp"), dpi=110, format="png")
+        fig.savefig(png.with_suffix(".png.tmp"), dpi=110, format="png", bbox_inches="tight")
         png.with_suffix(".png.tmp").replace(png)
         plt.close(fig)
     return md_path, png
