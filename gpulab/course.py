@@ -152,6 +152,20 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
     return "\n".join(lines)
 
 
+def notebook_table(results: dict[str, dict]) -> str:
+    """Markdown: one row per notebook with its largest gain and its claims' verdicts counted."""
+    lines = ["| notebook | experiments | largest gain | claims confirmed | refuted | not tested |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for nb, data in sorted(results.items()):
+        exps = data["experiments"]
+        best = max(exps, key=lambda e: e["speedup"], default=None)
+        gain = f"{best['speedup']:.2f}x: {best['name']}" if best else "—"
+        verdicts = [c["verdict"] for c in data["claims"]]
+        lines.append(f"| {nb} | {len(exps)} | {gain} | {verdicts.count('confirmed')} | {verdicts.count('refuted')} "
+                     f"| {verdicts.count('not tested')} |")
+    return "\n".join(lines)
+
+
 def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None):
     """One figure: the speedup of every before/after (log scale), reference GPU's marked beside."""
     import matplotlib.pyplot as plt
@@ -193,7 +207,7 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     md = [f"# gpulab summary: {device}{' (smoke run)' if smoke else ''}", ""]
     if compare:
         md += [f"Reference: `{compare}`.", ""]
-    md.append(summary_tables(results, reference))
+    md += [notebook_table(results), "", summary_tables(results, reference)]
     if problems or ref_problems:
         md += ["", "## Problems", ""] + [f"- {p}" for p in problems + [f"reference {p}" for p in ref_problems]]
     out = Path(out)
