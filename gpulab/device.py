@@ -132,7 +132,7 @@ class DeviceInfo:
     driver: str | None = None
     torch_version: str = torch.__version__
     cuda_version: str | None = torch.version.cuda
-    cpu_cores: int = field(default_factory=lambda: usable_cores())
+    cpu_cores: int = field(default_factory=usable_cores)
     peaks: PeakSpec | None = None
     note: str = ""
 
