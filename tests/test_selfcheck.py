@@ -1,0 +1,33 @@
+"""`python -m gpulab check` in smoke mode: every claim gets a verdict or a reason, and the file is written."""
+import torch
+
+from gpulab.device import get_device
+from gpulab.results import load_result
+from gpulab.selfcheck import monitor_overhead, run_check
+
+
+def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    result = run_check(smoke=True)
+    assert len(result.claims) == 6
+    for c in result.claims:
+        assert c.verdict in ("confirmed", "refuted", "not tested")
+        if c.verdict == "not tested":
+            assert c.note  # says why
+    if not torch.cuda.is_available():  # the GPU claims say so on a CPU-only machine
+        assert sum(c.verdict == "not tested" for c in result.claims) == 5
+        assert all("CUDA" in c.note for c in result.claims[:5])
+    # The overhead claim is measured on any device, from one run's alternating phases.
+    overhead = result.claims[-1]
+    assert overhead.measured is not None and overhead.verdict != "not tested"
+    assert result.extra["monitor_overhead_ratio"] > 0
+    saved = load_result(result.path())
+    assert saved["notebook"] == "00_device" and saved["smoke"] is True
+    assert [c["text"] for c in saved["claims"]] == [c.text for c in result.claims]
+
+
+def test_monitor_overhead_alternates_phases():
+    off, on = monitor_overhead(get_device(), phases=4, blocks=2, block_s=0.01, width=32, batch=8)
+    # Phases go off, on, on, off: two of each, `blocks` timings per phase.
+    assert off.n == on.n == 4
+    assert off.median > 0 and on.median > 0
