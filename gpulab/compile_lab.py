@@ -26,6 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from .device import synchronize as _sync
 from .workloads import GPT, GPTConfig, gelu_tanh
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -141,11 +142,6 @@ class CompileResult:
 def _why(e: BaseException) -> str:
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     return f"{type(e).__name__}: {' '.join(lines[:3])[:400]}" if lines else type(e).__name__
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _max_abs_err(a: Any, b: Any) -> float | None:

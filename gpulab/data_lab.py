@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -32,18 +30,13 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 from tqdm.auto import tqdm
 
-from .dataloading import CUDAPrefetcher, as_torch_device, synchronize, to_device
+from .dataloading import CUDAPrefetcher, _check_int, as_torch_device, synchronize, to_device
 from .device import get_device, usable_cores  # noqa: F401  (usable_cores: used by notebook 05)
 from .experiment import RunResult, measure
 from .flops import count_flops, transformer_flops_per_token
 from .workloads import _MEAN, _STD, GPT, GPTConfig
 
 _ENDLESS = 2**40  # samples in an "endless" epoch: no run of the notebook ever reaches its end
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
 
 
 # ---------------------------------------------------------------- notebook 05: the CNN and its feed

@@ -13,20 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from .device import usable_cores
-
-
-def as_torch_device(device: Any = None) -> torch.device:
-    """A torch.device from a str, a torch.device or a gpulab DeviceInfo; None means CUDA if present, else CPU."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return getattr(device, "torch_device", None) or torch.device(device)
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued GPU work before reading a host clock; a no-op off CUDA."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from .device import as_torch_device, synchronize, usable_cores
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:

@@ -352,6 +352,13 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
     return out
 
 
+def as_torch_device(device: Any = None) -> torch.device:
+    """A torch.device from a str, a torch.device or a DeviceInfo; None means CUDA if present, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return getattr(device, "torch_device", None) or torch.device(device)
+
+
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait for queued GPU work; a no-op on the CPU."""
     if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):

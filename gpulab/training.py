@@ -14,12 +14,12 @@ configuration (batches are consecutive windows of one seeded stream, so 4 x 16 s
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import html
 import math
 import statistics
-import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -27,32 +27,16 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader
 
+from .batchsize import is_oom
 from .device import DeviceInfo, check_dtype, float32_matmul_precision, get_device
+from .device import as_torch_device as _as_torch_device
+from .device import synchronize as _sync
 from .flops import transformer_flops_per_token
 from .workloads import GPT, GPTConfig, TokenDataset, pad_vocab_size
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PARAM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _STREAM_LENGTH = 10**12  # the data stream is effectively endless: windows at seeded offsets, never an epoch end
-
-
-def _as_torch_device(device: Any) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if isinstance(device, DeviceInfo):
-        return device.torch_device
-    return torch.device(device)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True for CUDA's OutOfMemoryError and any RuntimeError saying "out of memory"."""
-    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
-    return isinstance(exc, oom) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
 # ---------------------------------------------------------------- configuration

@@ -7,7 +7,6 @@ import pytest
 
 from gpulab import course, plots
 from gpulab.__main__ import main
-from gpulab.device import DeviceInfo
 from gpulab.monitor import Trace
 from test_results import make_result
 
