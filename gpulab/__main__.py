@@ -1,4 +1,4 @@
-"""Command line: `python -m gpulab info [--measure]`, `check`, `run [--smoke] [NN ...]`, `summary DIR`."""
+"""Command line: `python -m gpulab info [--measure]`, `check`, `run [--smoke|--full] [NN ...]`, `summary DIR`."""
 from __future__ import annotations
 
 import argparse
@@ -39,10 +39,23 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def choose_smoke(smoke: bool, full: bool, has_cuda: bool) -> tuple[bool, str | None]:
+    """Smoke sizes when asked, or by default without a CUDA GPU (full sizes take long on a CPU); and why."""
+    if smoke or full or has_cuda:
+        return smoke, None
+    return True, ("no CUDA GPU here: running at smoke sizes (the same experiments, small and quick); "
+                  "add --full for the full sizes")
+
+
 def _run(args: argparse.Namespace) -> int:
+    import torch
+
     from .course import run_course
 
-    course = run_course(args.notebooks, smoke=args.smoke, out=args.out, compare=args.compare,
+    smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
+    if why:
+        print(why, file=sys.stderr)
+    course = run_course(args.notebooks, smoke=smoke, out=args.out, compare=args.compare,
                         timeout_s=args.timeout)
     for r in course.runs:
         status = "ok  " if r.ok else "FAIL"
@@ -79,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_check)
     p = sub.add_parser("run", help="run the notebooks headless and summarise what they measured")
     p.add_argument("notebooks", nargs="*", help="numbers or names (default: all, in order)")
-    p.add_argument("--smoke", action="store_true", help="small sizes: minutes on a CPU-only machine")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--smoke", action="store_true", help="small sizes: minutes on a CPU-only machine "
+                      "(the default there)")
+    size.add_argument("--full", action="store_true", help="full sizes even without a CUDA GPU (slow on a CPU)")
     p.add_argument("--out", type=Path, help="folder for executed notebooks and the summary (default runs/<time>)")
     p.add_argument("--compare", type=Path, help="a reference folder, e.g. data/reference/nvidia-h100-80gb-hbm3")
     p.add_argument("--timeout", type=int, default=None, help="seconds allowed per notebook cell")

@@ -48,6 +48,17 @@ def test_notebook_selection():
         course.notebooks(["99"])
 
 
+def test_run_picks_smoke_sizes_without_a_gpu_unless_full_is_asked():
+    from gpulab.__main__ import choose_smoke
+    assert choose_smoke(False, False, has_cuda=False)[0] is True
+    assert "--full" in choose_smoke(False, False, has_cuda=False)[1]
+    assert choose_smoke(False, True, has_cuda=False) == (False, None)
+    assert choose_smoke(False, False, has_cuda=True) == (False, None)
+    assert choose_smoke(True, False, has_cuda=True) == (True, None)
+    with pytest.raises(SystemExit):  # --smoke and --full contradict each other
+        main(["run", "--smoke", "--full", "01"])
+
+
 def test_cli_rejects_unknown_notebook_with_exit_2(capsys):
     assert main(["run", "--smoke", "42"]) == 2
     assert "not found" in capsys.readouterr().err
