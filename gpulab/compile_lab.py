@@ -26,7 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .device import synchronize as _sync
+from .device import synchronize
 from .workloads import GPT, GPTConfig, gelu_tanh
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -199,10 +199,10 @@ def try_compile(fn: Callable[..., Any], *example_args: Any, mode: str = "default
         ctx = contextlib.nullcontext()
     try:
         with ctx:
-            _sync(dev)
+            synchronize(dev)
             t0 = time.perf_counter()
             out = first_call(compiled) if first_call is not None else compiled(*example_args)
-            _sync(dev)
+            synchronize(dev)
             compile_s = time.perf_counter() - t0
     except Exception as e:  # no compiler, a compiler error, an unsupported op...: say so, do not crash
         return CompileResult(label, False, reason=_why(e))

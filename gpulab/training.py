@@ -28,9 +28,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from .batchsize import is_oom
-from .device import DeviceInfo, check_dtype, float32_matmul_precision, get_device
-from .device import as_torch_device as _as_torch_device
-from .device import synchronize as _sync
+from .device import (DeviceInfo, as_torch_device, check_dtype, float32_matmul_precision, get_device,
+                     synchronize)
 from .flops import transformer_flops_per_token
 from .workloads import GPT, GPTConfig, TokenDataset, pad_vocab_size
 
@@ -212,7 +211,7 @@ def _attention_backend(attn: str):
 
 def cudnn_attention_available(device: Any = None) -> tuple[bool, str]:
     """Whether SDPA's cuDNN backend runs a small causal BF16 attention forward and backward here, and why not."""
-    dev = _as_torch_device(device)
+    dev = as_torch_device(device)
     if dev.type != "cuda":
         return False, "cuDNN attention needs a CUDA GPU"
     try:
@@ -265,7 +264,7 @@ class Trainer:
         if not isinstance(cfg, TrainConfig):
             raise ValueError("cfg must be a TrainConfig")
         self.cfg = cfg
-        self.device = _as_torch_device(device)
+        self.device = as_torch_device(device)
         self.notes: list[str] = []
         if self.device.type == "cuda":
             self._mem_base = torch.cuda.memory_allocated(self.device)
@@ -695,10 +694,10 @@ def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device
         trainer, oom = None, None
         try:
             trainer = Trainer(cfg, tokens, dev)
-            _sync(trainer.device)
+            synchronize(trainer.device)
             t0 = time.perf_counter()
             trainer.step()
-            _sync(trainer.device)
+            synchronize(trainer.device)
             first = time.perf_counter() - t0
             run = measure(trainer.step, label=label, flops=trainer.flops_per_step, dtype=cfg.matmul_dtype,
                           items=cfg.tokens_per_step, item_name="tokens", min_time_s=min_time_s, monitor=monitor,
@@ -834,7 +833,7 @@ def effective_mantissa_bits(mode: str, device: Any = None, n: int | None = None)
     mantissa bits, whatever the rounding mode. Returns None for tf32 where there are no TF32 tensor cores.
     The matrix is large (1024 on a GPU) so cuBLAS picks a tensor-core kernel, as it would for real work.
     """
-    dev = _as_torch_device(device)
+    dev = as_torch_device(device)
     key = check_dtype(mode, ("fp32", "tf32", "bf16", "fp16"), "mode")
     if key == "tf32" and (dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (8, 0)):
         return None
@@ -900,7 +899,7 @@ def gradient_underflow(model_cfg: GPTConfig, tokens: torch.Tensor, *, batch_size
     error of the whole gradient. The scaled run multiplies the loss by `init_scale` (GradScaler's
     starting scale), halving it on overflow as GradScaler does, and divides the gradients back.
     """
-    dev = _as_torch_device(device)
+    dev = as_torch_device(device)
     seq = seq_len or model_cfg.block_size
     ds = TokenDataset(tokens, seq, num_samples=batch_size, seed=seed)
     x, y = (t.to(dev) for t in torch.utils.data.default_collate([ds[i] for i in range(batch_size)]))
