@@ -70,6 +70,9 @@ class TrainConfig:
             "max-autotune-no-cudagraphs" (GEMM autotuning and epilogue fusion: minutes of compiling).
         pad_vocab: round the vocabulary up to a multiple of 64 (50257 -> 50304); the extra rows are never
             targets, the real rows start from the same weights as the unpadded model.
+        fused_loss: the lm_head matmul and the cross-entropy in one pass (`gpulab.fused_loss`): the forward
+            writes the logits' gradient over the logits, so the backward has only its matmuls left (a Triton
+            kernel on a CUDA GPU; the same math in PyTorch ops elsewhere; FP16 keeps the ordinary path).
         lr, warmup_steps, weight_decay, grad_clip: AdamW with linear warm-up, decay on matrices only, and
             gradient-norm clipping (None: off), as nanoGPT.
         loss_multiplier: multiplies the loss before backward (a small-gradient experiment); the recorded
@@ -93,6 +96,7 @@ class TrainConfig:
     compile: bool = False
     compile_mode: str = "default"
     pad_vocab: bool = False
+    fused_loss: bool = False
     lr: float = 6e-4
     warmup_steps: int = 10
     weight_decay: float = 0.1
@@ -232,9 +236,9 @@ def build_model(cfg: TrainConfig) -> GPT:
     """
     torch.manual_seed(cfg.seed)
     attn = "sdpa" if cfg.attn == "cudnn" else cfg.attn  # the same module; the step picks cuDNN's kernel
-    model = GPT(cfg.model, attn=attn)
+    model = GPT(cfg.model, attn=attn, fused_loss=cfg.fused_loss)
     if cfg.vocab_size != cfg.model.vocab_size:
-        padded = GPT(cfg.model_config(), attn=attn)
+        padded = GPT(cfg.model_config(), attn=attn, fused_loss=cfg.fused_loss)
         state = model.state_dict()
         extra = torch.randn(cfg.vocab_size - cfg.model.vocab_size, cfg.model.n_embd,
                             generator=torch.Generator().manual_seed(cfg.seed + 1)) * 0.02
@@ -570,7 +574,7 @@ def describe(cfg: TrainConfig) -> str:
     parts += [name for on, name in ((cfg.fused_adamw, "fused AdamW"), (not cfg.sync_every_step, "no syncs"),
                                     (cfg.num_workers > 0, f"{cfg.num_workers} worker{'s' if cfg.num_workers > 1 else ''}"),
                                     (cfg.pin_memory, "pinned"), (cfg.pad_vocab, "padded vocab"),
-                                    (cfg.compile, "compiled")) if on]
+                                    (cfg.fused_loss, "fused loss"), (cfg.compile, "compiled")) if on]
     return ", ".join(parts)
 
 
@@ -578,12 +582,13 @@ def describe(cfg: TrainConfig) -> str:
 
 def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, num_workers: int,
                       compile: bool = True, cudnn_attention: bool = False,
-                      compile_mode: str = "default") -> list[tuple[str, TrainConfig]]:
+                      compile_mode: str = "default", fused_loss: bool = True) -> list[tuple[str, TrainConfig]]:
     """The case study's steps, each adding one change to the previous: (label, config) from naive to fast.
 
     Order: TF32, BF16 autocast, fused AdamW, SDPA attention, a larger batch with gradient accumulation,
     no per-step .item(), DataLoader workers + pinned memory, the padded vocabulary, cuDNN attention (with
-    `cudnn_attention`, where `cudnn_attention_available` says it runs), torch.compile.
+    `cudnn_attention`, where `cudnn_attention_available` says it runs), the fused lm_head + cross-entropy
+    (with `fused_loss`), torch.compile.
     The vocabulary is padded before compiling so the model is compiled once, not twice. Labels do not
     carry sizes (describe(config) does), so runs of different sizes line up step by step.
     """
@@ -604,6 +609,8 @@ def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, n
         add("+ vocab padded to 64x", pad_vocab=True)
     if cudnn_attention:
         add("+ cuDNN attention", attn="cudnn")
+    if fused_loss:
+        add("+ fused lm_head + loss", fused_loss=True)
     if compile:
         add("+ torch.compile", compile=True, compile_mode=compile_mode)
     return steps

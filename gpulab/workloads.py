@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageEnhance
 from torch.utils.data import Dataset
 
+from .fused_loss import linear_cross_entropy
+
 _MATMUL_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
                   "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
@@ -172,9 +174,10 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A nanoGPT-style decoder: token + position embeddings, `n_layer` blocks, final LayerNorm, tied lm_head."""
 
-    def __init__(self, config: GPTConfig | None = None, attn: str = "sdpa"):
+    def __init__(self, config: GPTConfig | None = None, attn: str = "sdpa", fused_loss: bool = False):
         super().__init__()
         self.config = cfg = config or GPTConfig()
+        self.fused_loss = fused_loss  # lm_head + cross-entropy in one pass (gpulab.fused_loss); no logits returned
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
@@ -216,7 +219,11 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits (B, T, vocab) for token ids `idx` (B, T), and the cross-entropy loss when `targets` is given."""
+        """Logits (B, T, vocab) for token ids `idx` (B, T), and the cross-entropy loss when `targets` is given.
+
+        With `fused_loss` and targets, the logits are not kept (None is returned in their place): the loss and
+        its gradient come from `gpulab.fused_loss.linear_cross_entropy`.
+        """
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size={self.config.block_size}")
@@ -224,6 +231,9 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
+        if self.fused_loss and targets is not None:
+            h = self.ln_f(x)
+            return None, linear_cross_entropy(h.reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1))
         logits = self.lm_head(self.ln_f(x))
         loss = None if targets is None else F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss

@@ -182,9 +182,11 @@ def test_waterfall_is_cumulative_one_change_at_a_time():
     assert labels[0] == "naive FP32" and labels[-1] == "+ torch.compile" and len(set(labels)) == len(labels)
     changed = [set(b.changes_from(a)) for (_, a), (_, b) in zip(steps, steps[1:])]
     assert changed == [{"tf32"}, {"autocast"}, {"fused_adamw"}, {"attn"}, {"batch_size", "grad_accum"},
-                       {"sync_every_step"}, {"num_workers", "pin_memory"}, {"pad_vocab"}, {"compile"}]
+                       {"sync_every_step"}, {"num_workers", "pin_memory"}, {"pad_vocab"}, {"fused_loss"}, {"compile"}]
     final = steps[-1][1]
-    assert final.compile and final.pad_vocab and final.autocast == "bf16"
+    assert final.compile and final.pad_vocab and final.fused_loss and final.autocast == "bf16"
+    assert not any(c.fused_loss for _, c in T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=1,
+                                                                   fused_loss=False))
     assert not any(c.compile for _, c in T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=1,
                                                                 compile=False))
     # An already padded vocabulary has no padding step.
@@ -197,9 +199,9 @@ def test_cudnn_attention_step_comes_before_compile_and_is_probed():
     naive = tiny(batch_size=2)
     steps = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0, cudnn_attention=True)
     labels = [s[0] for s in steps]
-    assert labels[-2:] == ["+ cuDNN attention", "+ torch.compile"]
-    assert steps[-2][1].changes_from(steps[-3][1]) == {"attn": ("sdpa", "cudnn")}
-    assert T.build_model(steps[-2][1]).attn == "sdpa"  # the same module; only the kernel differs
+    assert labels[-3:] == ["+ cuDNN attention", "+ fused lm_head + loss", "+ torch.compile"]
+    assert steps[-3][1].changes_from(steps[-4][1]) == {"attn": ("sdpa", "cudnn")}
+    assert T.build_model(steps[-3][1]).attn == "sdpa"  # the same module; only the kernel differs
     ok, why = T.cudnn_attention_available("cpu")
     assert not ok and "CUDA" in why
     with pytest.raises(ValueError, match="attn=.*allowed: manual, sdpa, cudnn"):
