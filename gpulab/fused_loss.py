@@ -22,7 +22,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-__all__ = ["linear_cross_entropy", "fused_kernel_available"]
+__all__ = ["linear_cross_entropy", "fused_kernel_available", "kernel_status"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,6 +34,13 @@ def _triton():
     except Exception:  # noqa: BLE001 - CPU builds of torch ship without Triton
         return None
 
+    # Wide blocks and many warps keep few rows in flight per SM, so the second sweep finds its row in L2; which
+    # width is best depends on the GPU, so Triton times these once per vocabulary size (restoring the logits
+    # between trials, since the kernel overwrites them).
+    configs = [triton.Config({"BLOCK": block}, num_warps=warps)
+               for block, warps in ((2048, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16))]
+
+    @triton.autotune(configs=configs, key=["n_cols"], restore_value=["logits_ptr"])
     @triton.jit
     def ce_loss_and_grad(logits_ptr, stride, targets_ptr, loss_ptr, n_cols, scale, BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
@@ -71,6 +78,18 @@ def fused_kernel_available(device: torch.device | str | None = None) -> bool:
     return on_cuda and _triton() is not None and _kernel_error is None
 
 
+def kernel_status(device: torch.device | str | None = None) -> str:
+    """Which path `linear_cross_entropy` takes on `device`, in words (and why not the kernel, where not)."""
+    if fused_kernel_available(device):
+        return "the Triton kernel"
+    dev = torch.device(device) if device is not None else None
+    if not (dev.type == "cuda" if dev is not None else torch.cuda.is_available()):
+        return "PyTorch ops (the kernel needs a CUDA GPU)"
+    if _triton() is None:
+        return "PyTorch ops (Triton is not installed)"
+    return f"PyTorch ops (the kernel failed: {_kernel_error[:200]})"
+
+
 def _loss_and_grad_torch(logits: torch.Tensor, targets: torch.Tensor, scale: float) -> torch.Tensor:
     """Reference path: per-row losses, with (softmax - onehot) * scale written over `logits`."""
     x = logits.float()
@@ -82,10 +101,6 @@ def _loss_and_grad_torch(logits: torch.Tensor, targets: torch.Tensor, scale: flo
     return losses
 
 
-# Wide blocks and many warps: few rows in flight per SM, so the second sweep finds its row in L2.
-_BLOCK, _WARPS = 8192, 16
-
-
 def _loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, scale: float) -> torch.Tensor:
     """Per-row losses, with (softmax - onehot) * scale written over `logits`: the kernel where it runs."""
     global _kernel_error
@@ -94,8 +109,7 @@ def _loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, scale: float) ->
         n_rows, n_cols = logits.shape
         losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
         try:
-            kernel[(n_rows,)](logits, logits.stride(0), targets, losses, n_cols, scale, BLOCK=_BLOCK,
-                              num_warps=_WARPS)
+            kernel[(n_rows,)](logits, logits.stride(0), targets, losses, n_cols, scale)
             return losses
         except Exception as exc:  # noqa: BLE001 - a Triton that cannot compile it: same math, slower
             _kernel_error = f"{type(exc).__name__}: {exc}"

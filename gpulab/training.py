@@ -31,6 +31,7 @@ from .batchsize import is_oom
 from .device import (DeviceInfo, as_torch_device, check_dtype, float32_matmul_precision, get_device,
                      synchronize)
 from .flops import transformer_flops_per_token
+from .fused_loss import fused_kernel_available, kernel_status
 from .workloads import GPT, GPTConfig, TokenDataset, pad_vocab_size
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -376,6 +377,9 @@ class Trainer:
         # the fast one keeps it on the GPU and reads all of them once at the end.
         self._losses.append(mean.item() if cfg.sync_every_step else mean)
         self.steps_done += 1
+        if cfg.fused_loss and self.steps_done == 1 and self.device.type == "cuda" \
+                and not fused_kernel_available(self.device):
+            self.notes.append(f"fused loss ran as {kernel_status(self.device)}: the same math, without the speed")
 
     def losses(self) -> list[float]:
         """Losses of the steps since the last reset (one sync for all of them)."""

@@ -69,6 +69,31 @@ def test_bad_shapes_are_refused_before_any_work():
 
 def test_kernel_reported_unavailable_without_cuda():
     assert not FL.fused_kernel_available("cpu")
+    assert "needs a CUDA GPU" in FL.kernel_status("cpu")
+
+
+def test_a_failing_kernel_falls_back_with_a_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot compile")
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return broken
+
+    class CudaLike(torch.Tensor):  # a CPU tensor that says it is on CUDA, to reach the kernel branch
+        @property
+        def is_cuda(self):
+            return True
+
+    monkeypatch.setattr(FL, "_triton", lambda: FakeKernel())
+    monkeypatch.setattr(FL, "_kernel_error", None)
+    logits = torch.randn(4, 6)
+    targets = torch.tensor([0, 1, 2, 5])
+    expected = F.cross_entropy(logits, targets, reduction="none")
+    with pytest.warns(RuntimeWarning, match="cannot compile"):
+        losses = FL._loss_and_grad(logits.as_subclass(CudaLike), targets, 1.0)
+    torch.testing.assert_close(losses.as_subclass(torch.Tensor), expected)
+    assert FL._kernel_error and "cannot compile" in FL._kernel_error
 
 
 def test_gpt_with_fused_loss_trains_like_the_ordinary_gpt():
