@@ -56,7 +56,11 @@ class TrainConfig:
         tf32: FP32 matmuls on TF32 tensor cores (torch.set_float32_matmul_precision("high")).
         autocast: None, "bf16" or "fp16": matmuls in that dtype under torch.autocast, weights stay FP32.
         grad_scaler: dynamic loss scaling (torch.amp.GradScaler); meant for autocast="fp16".
-        param_dtype: "fp32" or "bf16" (weights, gradients and AdamW state all in BF16: no FP32 master copy).
+        param_dtype: "fp32" or "bf16" (weights, activations and gradients in BF16; without `master_weights`
+            the AdamW state and update are BF16 too).
+        master_weights: with param_dtype="bf16", AdamW updates an FP32 copy of the weights (from FP32 copies
+            of the gradients) and the BF16 weights are refreshed from it after each step: mixed-precision
+            training as Megatron-LM and llm.c do it, so small updates are not rounded away.
         fused_adamw: AdamW(fused=True), one kernel for the whole update; False is PyTorch's default
             implementation (foreach on a GPU).
         attn: "manual" (softmax(QKᵀ/√d)V, materializes the T×T scores), "sdpa" (fused, flash on a GPU) or
@@ -89,6 +93,7 @@ class TrainConfig:
     autocast: str | None = None
     grad_scaler: bool = False
     param_dtype: str = "fp32"
+    master_weights: bool = False
     fused_adamw: bool = False
     attn: str = "manual"
     sync_every_step: bool = True
@@ -123,6 +128,8 @@ class TrainConfig:
             raise ValueError(f"param_dtype={self.param_dtype!r} is not supported; allowed: fp32, bf16")
         if self.param_dtype == "bf16" and self.autocast is not None:
             raise ValueError("param_dtype='bf16' already runs every op in BF16: use autocast=None with it")
+        if self.master_weights and self.param_dtype != "bf16":
+            raise ValueError("master_weights keeps an FP32 copy of BF16 weights: use it with param_dtype='bf16'")
         if self.grad_scaler and self.param_dtype != "fp32":
             raise ValueError("grad_scaler needs FP32 weights (it unscales FP32 gradients)")
         if self.attn not in ("manual", "sdpa", "cudnn"):
@@ -250,8 +257,7 @@ def build_model(cfg: TrainConfig) -> GPT:
     return model
 
 
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    params = [p for p in model.parameters() if p.requires_grad]
+def _param_groups(params: list[torch.Tensor], weight_decay: float) -> list[dict[str, Any]]:
     decay = [p for p in params if p.dim() >= 2]  # matrices and embeddings; not LayerNorm weights or biases
     no_decay = [p for p in params if p.dim() < 2]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -277,6 +283,10 @@ class Trainer:
         model = build_model(cfg)
         self._init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         self.model = model.to(self.device, dtype=PARAM_DTYPES[cfg.param_dtype])
+        self._params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}  # tied ones once
+        # What AdamW updates: the model's own weights, or their FP32 master copies (started from the FP32 init).
+        self._masters = {n: self._init_state[n].to(self.device, torch.float32, copy=True).requires_grad_()
+                         for n in self._params} if cfg.master_weights else None
         self.forward = torch.compile(self.model, mode=cfg.compile_mode) if cfg.compile else self.model
         self.autocast_dtype = AUTOCAST_DTYPES.get(cfg.autocast)
         if cfg.autocast == "fp16" and self.device.type == "cpu":
@@ -297,11 +307,15 @@ class Trainer:
     def _new_optimizer(self) -> None:
         cfg = self.cfg
         kw: dict[str, Any] = {"fused": True} if cfg.fused_adamw else {}
-        self.opt = torch.optim.AdamW(_param_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.95),
-                                     eps=1e-8, **kw)
+        groups = _param_groups(list(self._optimized().values()), cfg.weight_decay)
+        self.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, **kw)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.grad_scaler)
         self.steps_done = 0
         self._losses: list[Any] = []
+
+    def _optimized(self) -> dict[str, torch.Tensor]:
+        """The tensors AdamW updates, by name: the FP32 master copies with master_weights, else the weights."""
+        return self._masters if self._masters is not None else self._params
 
     def start_data(self) -> None:
         """(Re)start the data stream at its first batch (persistent workers are reused, not restarted)."""
@@ -319,6 +333,9 @@ class Trainer:
         """Initial weights back, data from the start, a fresh optimizer; nothing is rebuilt or recompiled."""
         with torch.no_grad():
             self.model.load_state_dict(self._init_state)
+            for name, master in (self._masters or {}).items():
+                master.copy_(self._init_state[name])
+        self.model.zero_grad(set_to_none=True)
         self.opt.zero_grad(set_to_none=True)
         self._new_optimizer()
         self.start_data()
@@ -328,7 +345,7 @@ class Trainer:
     def close(self) -> None:
         """Stop the DataLoader workers and drop the model, optimizer and their memory."""
         self._stop_data()
-        for name in ("model", "forward", "opt", "scaler", "loader", "_init_state"):
+        for name in ("model", "forward", "opt", "scaler", "loader", "_init_state", "_params", "_masters"):
             if hasattr(self, name):
                 setattr(self, name, None)
         gc.collect()
@@ -363,15 +380,24 @@ class Trainer:
                     loss = self.forward(x, y)[1]  # drop the logits now: they are the largest activation
                 self.scaler.scale(loss * (cfg.loss_multiplier / cfg.grad_accum)).backward()
                 total = loss.detach().float() if total is None else total + loss.detach().float()
+            if self._masters is not None:
+                for name, master in self._masters.items():
+                    grad = self._params[name].grad
+                    master.grad = None if grad is None else grad.float()
+            optimized = list(self._optimized().values())
             if cfg.grad_clip is not None:
                 self.scaler.unscale_(self.opt)  # clip the true gradients, not the scaled ones
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip * cfg.loss_multiplier)
+                torch.nn.utils.clip_grad_norm_(optimized, cfg.grad_clip * cfg.loss_multiplier)
             lr = self.lr_at(self.steps_done)
             for g in self.opt.param_groups:
                 g["lr"] = lr
             self.scaler.step(self.opt)
             self.scaler.update()
             self.opt.zero_grad(set_to_none=True)
+            if self._masters is not None:
+                with torch.no_grad():
+                    torch._foreach_copy_(list(self._params.values()), optimized)  # FP32 -> BF16, one launch
+                self.model.zero_grad(set_to_none=True)
         mean = total / cfg.grad_accum
         # The naive loop reads the loss every step (a sync: the CPU waits for the GPU to finish the step);
         # the fast one keeps it on the GPU and reads all of them once at the end.
@@ -571,7 +597,7 @@ def describe(cfg: TrainConfig) -> str:
     """A short label: precision, attention, batch, and which other switches are on."""
     prec = {"fp32": "FP32", "tf32": "TF32", "bf16": "BF16", "fp16": "FP16"}[cfg.matmul_dtype]
     if cfg.param_dtype == "bf16":
-        prec = "BF16 weights"
+        prec = "BF16 weights" + (" + FP32 master" if cfg.master_weights else "")
     elif cfg.autocast:
         prec += " autocast" + (" + scaler" if cfg.grad_scaler else "")
     parts = [prec, f"{cfg.attn} attn", f"batch {cfg.batch_size}" + (f"x{cfg.grad_accum}" if cfg.grad_accum > 1 else "")]
@@ -586,13 +612,15 @@ def describe(cfg: TrainConfig) -> str:
 
 def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, num_workers: int,
                       compile: bool = True, cudnn_attention: bool = False,
-                      compile_mode: str = "default", fused_loss: bool = True) -> list[tuple[str, TrainConfig]]:
+                      compile_mode: str = "default", fused_loss: bool = True,
+                      bf16_weights: bool = True) -> list[tuple[str, TrainConfig]]:
     """The case study's steps, each adding one change to the previous: (label, config) from naive to fast.
 
     Order: TF32, BF16 autocast, fused AdamW, SDPA attention, a larger batch with gradient accumulation,
     no per-step .item(), DataLoader workers + pinned memory, the padded vocabulary, cuDNN attention (with
     `cudnn_attention`, where `cudnn_attention_available` says it runs), the fused lm_head + cross-entropy
-    (with `fused_loss`), torch.compile.
+    (with `fused_loss`), BF16 weights and activations with FP32 master weights in place of autocast (with
+    `bf16_weights`), torch.compile.
     The vocabulary is padded before compiling so the model is compiled once, not twice. Labels do not
     carry sizes (describe(config) does), so runs of different sizes line up step by step.
     """
@@ -615,6 +643,8 @@ def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, n
         add("+ cuDNN attention", attn="cudnn")
     if fused_loss:
         add("+ fused lm_head + loss", fused_loss=True)
+    if bf16_weights:
+        add("+ BF16 weights, FP32 master", autocast=None, param_dtype="bf16", master_weights=True)
     if compile:
         add("+ torch.compile", compile=True, compile_mode=compile_mode)
     return steps

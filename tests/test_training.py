@@ -24,7 +24,7 @@ def tiny(**overrides):
     (dict(autocast="fp8"), "autocast"), (dict(param_dtype="fp16"), "param_dtype"), (dict(attn="flash"), "attn"),
     (dict(num_workers=-1), "num_workers"), (dict(lr=0.0), "lr"), (dict(loss_multiplier=float("nan")), "loss_multiplier"),
     (dict(grad_clip=0.0), "grad_clip"), (dict(param_dtype="bf16", autocast="bf16"), "param_dtype"),
-    (dict(grad_scaler=True, param_dtype="bf16"), "grad_scaler")])
+    (dict(grad_scaler=True, param_dtype="bf16"), "grad_scaler"), (dict(master_weights=True), "master_weights")])
 def test_bad_config_raises_value_error_naming_the_field(kwargs, name):
     with pytest.raises(ValueError, match=name):
         tiny(**kwargs)
@@ -182,9 +182,13 @@ def test_waterfall_is_cumulative_one_change_at_a_time():
     assert labels[0] == "naive FP32" and labels[-1] == "+ torch.compile" and len(set(labels)) == len(labels)
     changed = [set(b.changes_from(a)) for (_, a), (_, b) in zip(steps, steps[1:])]
     assert changed == [{"tf32"}, {"autocast"}, {"fused_adamw"}, {"attn"}, {"batch_size", "grad_accum"},
-                       {"sync_every_step"}, {"num_workers", "pin_memory"}, {"pad_vocab"}, {"fused_loss"}, {"compile"}]
+                       {"sync_every_step"}, {"num_workers", "pin_memory"}, {"pad_vocab"}, {"fused_loss"},
+                       {"autocast", "param_dtype", "master_weights"}, {"compile"}]
     final = steps[-1][1]
-    assert final.compile and final.pad_vocab and final.fused_loss and final.autocast == "bf16"
+    assert final.compile and final.pad_vocab and final.fused_loss and final.master_weights
+    assert final.matmul_dtype == "bf16" and final.autocast is None
+    assert T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=1,
+                               bf16_weights=False)[-1][1].autocast == "bf16"
     assert not any(c.fused_loss for _, c in T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=1,
                                                                    fused_loss=False))
     assert not any(c.compile for _, c in T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=1,
@@ -199,9 +203,10 @@ def test_cudnn_attention_step_comes_before_compile_and_is_probed():
     naive = tiny(batch_size=2)
     steps = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0, cudnn_attention=True)
     labels = [s[0] for s in steps]
-    assert labels[-3:] == ["+ cuDNN attention", "+ fused lm_head + loss", "+ torch.compile"]
-    assert steps[-3][1].changes_from(steps[-4][1]) == {"attn": ("sdpa", "cudnn")}
-    assert T.build_model(steps[-3][1]).attn == "sdpa"  # the same module; only the kernel differs
+    assert labels[-4:] == ["+ cuDNN attention", "+ fused lm_head + loss", "+ BF16 weights, FP32 master",
+                           "+ torch.compile"]
+    assert steps[-4][1].changes_from(steps[-5][1]) == {"attn": ("sdpa", "cudnn")}
+    assert T.build_model(steps[-4][1]).attn == "sdpa"  # the same module; only the kernel differs
     ok, why = T.cudnn_attention_available("cpu")
     assert not ok and "CUDA" in why
     with pytest.raises(ValueError, match="attn=.*allowed: manual, sdpa, cudnn"):
@@ -267,3 +272,36 @@ def test_smooth_and_table():
         T.smooth([1.0], 0)
     t = T.Table([{"a": 1.2345, "b": None}], [("a", "A", "{:.2f}"), ("b", "B", None)], title="t")
     assert "1.23" in repr(t) and "n/a" in t._repr_html_()
+
+
+def test_master_weights_keep_updates_that_bf16_rounds_away(tokens):
+    # lr 1e-5 against weights of about 0.02: one BF16 ulp there is about 1e-4, so each AdamW update (about lr)
+    # rounds away in BF16, while the FP32 master copy accumulates it.
+    common = dict(param_dtype="bf16", lr=1e-5, warmup_steps=0, weight_decay=0.0, grad_clip=None)
+    changed = {}
+    for master in (False, True):
+        with T.Trainer(tiny(master_weights=master, **common), tokens) as tr:
+            w0 = tr._init_state["blocks.0.mlp.0.weight"].clone()
+            for _ in range(5):
+                tr.step()
+            updated = tr._optimized()["blocks.0.mlp.0.weight"].detach().float()
+            start = w0 if master else w0.to(torch.bfloat16).float()  # what AdamW started from
+            changed[master] = (updated - start).abs().mean().item()
+            if master:
+                w = tr.model.blocks[0].mlp[0].weight
+                assert w.dtype == torch.bfloat16 and tr._masters["blocks.0.mlp.0.weight"].dtype == torch.float32
+                assert torch.equal(w, updated.to(torch.bfloat16))  # the BF16 weights are the masters, rounded
+                assert all(p.grad is None for p in tr.model.parameters())
+                tr.reset()
+                assert torch.equal(tr._masters["blocks.0.mlp.0.weight"].cpu(), w0)
+    assert changed[True] > 2e-5  # five steps of about lr each
+    assert changed[False] < changed[True] / 2
+    assert T.describe(tiny(master_weights=True, param_dtype="bf16")).startswith("BF16 weights + FP32 master")
+
+
+def test_master_weights_train_like_autocast(tokens):
+    losses = {}
+    for name, cfg in (("autocast", tiny(autocast="bf16")), ("master", tiny(param_dtype="bf16", master_weights=True))):
+        losses[name] = T.train_steps(cfg.replace(lr=3e-3), 20, tokens=tokens).losses
+    assert losses["master"][-1] < losses["master"][0] - 0.5  # it learns
+    assert abs(losses["master"][-1] - losses["autocast"][-1]) / losses["autocast"][-1] < 0.05
