@@ -65,11 +65,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from .course import write_summary
+    from .course import update_readme, write_summary
 
     md, png = write_summary(args.results, args.out or args.results, compare=args.compare)
     print(md.read_text())
     print(f"figure: {png}")
+    if args.readme:
+        print(f"reference section updated: {update_readme(args.readme, args.results)}")
     return 0
 
 
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", type=Path)
     p.add_argument("--out", type=Path)
     p.add_argument("--compare", type=Path)
+    p.add_argument("--readme", type=Path, help="also rewrite this README's reference section from the results "
+                   "(between <!-- reference-summary --> markers)")
     p.set_defaults(func=_summary)
     args = parser.parse_args(argv)
     try:

@@ -194,6 +194,78 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
     return fig
 
 
+README_MARKERS = ("<!-- reference-summary -->", "<!-- /reference-summary -->")
+
+
+def _claim(data: dict, startswith: str) -> dict | None:
+    return next((c for c in data.get("claims", []) if c["text"].startswith(startswith)), None)
+
+
+def reference_section(folder: Path | str) -> str:
+    """Markdown for the README: whose numbers these are, the figure, the notebook table, the key measurements.
+
+    Everything comes from the result JSON in `folder` (a committed reference run).
+    """
+    folder = Path(folder)
+    results, _ = collect(folder)
+    if not results:
+        raise ValueError(f"no result JSON files in {folder}")
+    dev = next(iter(results.values()))["device"]
+    where = folder.as_posix()
+    md = [f"These are the reference GPU's numbers, not yours: an {dev['name']} (driver {dev.get('driver')}, torch "
+          f"{dev.get('torch_version')}, CUDA {dev.get('cuda_version')}), every notebook run headless at full size. "
+          "The result files, the full tables (every before/after and every claim with its verdict) and the figure "
+          f"are in [`{where}/`]({where}/summary.md); `python -m gpulab run --compare {where}` puts your run "
+          "beside them.", "",
+          f"![what each change gained on the reference GPU]({where}/summary.png)", "",
+          notebook_table(results), ""]
+    check = results.get("00_device")
+    if check:
+        ex = check.get("extra", {})
+        peaks = ex.get("measured_peaks") or {}
+        tflops = ", ".join(f"{k.upper()} {v:,.0f}" for k, v in (peaks.get("tflops") or {}).items())
+        line = (f"- Device self-check (`python -m gpulab check`): measured matmul {tflops} TFLOP/s "
+                f"({peaks.get('matmul_size', '?')}³), copy {_fmt(peaks.get('copy_gbs'), '{:,.0f}')} GB/s")
+        busy, idle = _claim(check, "NVML utilization >="), _claim(check, "NVML utilization <")
+        tensor = _claim(check, "GPM tensor activity")
+        if busy and idle:
+            line += (f"; NVML utilization {_fmt(busy.get('measured'), '{:.0f}%')} around 2 s of BF16 matmuls"
+                     + (f" (GPM tensor activity {_fmt(tensor.get('measured'), '{:.0f}%')})" if tensor else "")
+                     + f" and {_fmt(idle.get('measured'), '{:.0f}%')} when idle")
+        if ex.get("monitor_overhead_ratio") is not None:
+            line += f"; the monitor's on/off time ratio on a small training loop {ex['monitor_overhead_ratio']:.4f}"
+        md.append(line + ".")
+    case = results.get("08_case_study")
+    rows = (case or {}).get("extra", {}).get("waterfall") or []
+    if len(rows) >= 2:
+        first, last = rows[0], rows[-1]
+        mfu = [_fmt(None if r.get("mfu_bf16_peak") is None else r["mfu_bf16_peak"] * 100, "{:.1f}%")
+               for r in (first, last)]
+        line = (f"- Case study: {first['tokens_per_s']:,.0f} -> {last['tokens_per_s']:,.0f} tokens/s "
+                f"({last['tokens_per_s'] / first['tokens_per_s']:.1f}x), MFU {mfu[0]} -> {mfu[1]} of the datasheet "
+                "dense BF16 peak")
+        floor = _claim(case, "Benchmark floor: the optimized loop reaches at least 45% MFU")
+        if floor:
+            line += f"; the course's own target of at least 45% MFU for the optimized loop is **{floor['verdict']}**"
+        md.append(line + ".")
+    return "\n".join(md)
+
+
+def update_readme(readme: Path | str, folder: Path | str) -> Path:
+    """Replace the README's text between the reference-summary markers with `reference_section(folder)`."""
+    readme = Path(readme)
+    text = readme.read_text()
+    start, end = README_MARKERS
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"{readme} must hold one {start} ... {end} pair")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    tmp = readme.with_suffix(readme.suffix + ".tmp")
+    tmp.write_text(f"{head}{start}\n{reference_section(folder)}\n{end}{tail}")
+    tmp.replace(readme)
+    return readme
+
+
 def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | str | None = None,
                   expected: Sequence[str] = ()) -> tuple[Path, Path]:
     """Write summary.md and summary.png into `out` from the result JSON files in `results_dir`."""

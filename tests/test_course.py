@@ -1,6 +1,8 @@
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -115,3 +117,26 @@ def test_every_plot_draws_from_result_objects():
     assert all(f.axes for f in figs)
     with pytest.raises(ValueError, match="peak_tflops"):
         plots.roofline([], peak_tflops=0, bandwidth_gbs=1)
+
+
+def test_readme_reference_section_matches_the_committed_reference_run():
+    root = Path(__file__).resolve().parents[1]
+    folder = "data/reference/nvidia-h100-80gb-hbm3"
+    start, end = course.README_MARKERS
+    text = (root / "README.md").read_text()
+    section = text.split(start)[1].split(end)[0].strip()
+    cwd = os.getcwd()
+    try:
+        os.chdir(root)  # the section names the folder as the README links it: relative to the repository
+        assert section == course.reference_section(folder).strip(), \
+            "README out of date: python -m gpulab summary data/reference/<gpu> --readme README.md"
+    finally:
+        os.chdir(cwd)
+
+
+def test_update_readme_needs_one_marker_pair(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\nno markers\n")
+    with pytest.raises(ValueError, match="reference-summary"):
+        course.update_readme(readme, "data/reference/nvidia-h100-80gb-hbm3")
+    assert readme.read_text() == "# x\n\nno markers\n"  # untouched
