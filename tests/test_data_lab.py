@@ -85,11 +85,11 @@ def test_epoch_start_times_and_loading_time(tmp_path):
         dl.epoch_start_times(ds, batch_size=4, num_workers=1, epochs=1)
 
 
-def test_utilization_by_workers_measures_each_count(tmp_path):
+def test_utilization_by_workers_measures_each_count(tmp_path, cpu_device):
     ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
     step = dl.cnn_train_step(SmallCNN(width=4), "cpu")
     out = dl.utilization_by_workers(ds, step, [0, 1], batch_size=4, batches_per_call=1, flops_per_sample=1e6,
-                                    min_time_s=0.02, progress=False)
+                                    min_time_s=0.02, device=cpu_device, progress=False)
     assert [w for w, _ in out] == [0, 1]
     assert all(isinstance(r, RunResult) and r.throughput > 0 and r.flops == 4e6 for _, r in out)
     assert _no_live_children()

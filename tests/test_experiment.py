@@ -43,10 +43,10 @@ def test_comparison_mfu_speedup_and_round_trip():
     assert "MFU (datasheet peak)" in html and "5.00x faster" in html
 
 
-def test_before_after_on_cpu_records_timing_flops_and_cpu_monitor():
+def test_before_after_on_cpu_records_timing_flops_and_cpu_monitor(cpu_device):
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     cmp = gl.before_after(lambda: a @ b, lambda: (a @ b) @ b, name="one vs two matmuls", flops=2 * 64**3,
-                          after_flops=4 * 64**3, dtype="fp32", min_time_s=0.05)
+                          after_flops=4 * 64**3, dtype="fp32", min_time_s=0.05, device=cpu_device)
     assert cmp.before.measurement.n >= 5 and cmp.after.tflops > 0
     assert cmp.before.mfu is None  # a CPU has no datasheet peak
     assert cmp.before.trace.available["cpu_percent"] == "ok"

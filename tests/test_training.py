@@ -102,14 +102,14 @@ def test_reset_gives_the_same_run_again(tokens):
 
 def test_train_steps_result_and_reuse(tokens):
     cfg = tiny()
-    r = T.train_steps(cfg, 5, tokens=tokens, label="tiny", progress=True)
+    r = T.train_steps(cfg, 5, tokens=tokens, device="cpu", label="tiny", progress=True)
     assert r.steps == 5 and r.step_s > 0 and r.tokens_per_s == pytest.approx(cfg.tokens_per_step / r.step_s)
     assert r.mfu is None and r.peak_memory_gb is None  # no datasheet peak and no GPU memory on a CPU
     assert r.final_loss == pytest.approx(r.losses[-1])
     d = json.loads(json.dumps(r.to_dict()))
     assert T.TrainResult.from_dict(d).summary()["steps"] == 5
     assert "tiny" in repr(r)
-    with T.Trainer(cfg, tokens) as tr:
+    with T.Trainer(cfg, tokens, "cpu") as tr:
         again = T.train_steps(cfg, 5, trainer=tr)
         assert again.losses == pytest.approx(r.losses, abs=1e-6)
         with pytest.raises(ValueError, match="differs"):
@@ -233,8 +233,8 @@ def test_halve_batch():
     assert T.halve_batch(tiny(batch_size=1)) is None and T.halve_batch(tiny(batch_size=3)) is None
 
 
-def test_measure_config_and_per_items(tokens):
-    dev = gl.get_device()
+def test_measure_config_and_per_items(tokens, cpu_device):
+    dev = cpu_device
     run, tr = T.measure_config("tiny", tiny(), tokens, device=dev, min_time_s=0.02, monitor=False, keep=True)
     assert tr is not None and tr.model is not None
     tr.close()
@@ -284,13 +284,13 @@ def test_master_weights_keep_updates_that_bf16_rounds_away(tokens):
             w0 = tr._init_state["blocks.0.mlp.0.weight"].clone()
             for _ in range(5):
                 tr.step()
-            updated = tr._optimized()["blocks.0.mlp.0.weight"].detach().float()
+            updated = tr._optimized()["blocks.0.mlp.0.weight"].detach().float().cpu()
             start = w0 if master else w0.to(torch.bfloat16).float()  # what AdamW started from
             changed[master] = (updated - start).abs().mean().item()
             if master:
                 w = tr.model.blocks[0].mlp[0].weight
                 assert w.dtype == torch.bfloat16 and tr._masters["blocks.0.mlp.0.weight"].dtype == torch.float32
-                assert torch.equal(w, updated.to(torch.bfloat16))  # the BF16 weights are the masters, rounded
+                assert torch.equal(w.cpu(), updated.to(torch.bfloat16))  # the BF16 weights are the masters, rounded
                 assert all(p.grad is None for p in tr.model.parameters())
                 tr.reset()
                 assert torch.equal(tr._masters["blocks.0.mlp.0.weight"].cpu(), w0)
