@@ -71,19 +71,20 @@ def _triton():
 _kernel_error: str | None = None  # set when the kernel failed once: later calls go straight to PyTorch ops
 
 
+def _on_cuda(device: torch.device | str | None) -> bool:
+    return torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+
+
 def fused_kernel_available(device: torch.device | str | None = None) -> bool:
     """Whether the Triton kernel runs here (a CUDA device and Triton); otherwise the PyTorch-ops path is used."""
-    dev = torch.device(device) if device is not None else None
-    on_cuda = dev.type == "cuda" if dev is not None else torch.cuda.is_available()
-    return on_cuda and _triton() is not None and _kernel_error is None
+    return _on_cuda(device) and _triton() is not None and _kernel_error is None
 
 
 def kernel_status(device: torch.device | str | None = None) -> str:
     """Which path `linear_cross_entropy` takes on `device`, in words (and why not the kernel, where not)."""
     if fused_kernel_available(device):
         return "the Triton kernel"
-    dev = torch.device(device) if device is not None else None
-    if not (dev.type == "cuda" if dev is not None else torch.cuda.is_available()):
+    if not _on_cuda(device):
         return "PyTorch ops (the kernel needs a CUDA GPU)"
     if _triton() is None:
         return "PyTorch ops (Triton is not installed)"

@@ -218,7 +218,7 @@ class GPT(nn.Module):
         return n - self.wpe.weight.numel() if non_embedding else n
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Logits (B, T, vocab) for token ids `idx` (B, T), and the cross-entropy loss when `targets` is given.
 
         With `fused_loss` and targets, the logits are not kept (None is returned in their place): the loss and
