@@ -808,13 +808,15 @@ PRECISION_MODES = {
     "fp16_noscale": "FP16 autocast, no GradScaler",
     "bf16": "BF16 autocast",
     "bf16_weights": "BF16 weights, grads and AdamW state",
+    "bf16_master": "BF16 weights + FP32 master weights",
 }
 
 
 def precision_config(mode: str, base: TrainConfig | None = None) -> TrainConfig:
     """`base` (default: SDPA attention, fused AdamW, no per-step sync) switched to one precision mode.
 
-    Modes: fp32, tf32, fp16 (autocast + GradScaler), fp16_noscale, bf16 (autocast), bf16_weights.
+    Modes: fp32, tf32, fp16 (autocast + GradScaler), fp16_noscale, bf16 (autocast), bf16_weights,
+    bf16_master (BF16 weights and activations, AdamW on an FP32 copy of the weights).
     """
     if mode not in PRECISION_MODES:
         raise ValueError(f"mode={mode!r} is not supported; allowed: {', '.join(PRECISION_MODES)}")
@@ -824,7 +826,8 @@ def precision_config(mode: str, base: TrainConfig | None = None) -> TrainConfig:
             "fp16": plain.replace(autocast="fp16", grad_scaler=True),
             "fp16_noscale": plain.replace(autocast="fp16"),
             "bf16": plain.replace(autocast="bf16"),
-            "bf16_weights": plain.replace(param_dtype="bf16")}[mode]
+            "bf16_weights": plain.replace(param_dtype="bf16"),
+            "bf16_master": plain.replace(param_dtype="bf16", master_weights=True)}[mode]
 
 
 @dataclass

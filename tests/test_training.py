@@ -129,12 +129,13 @@ def test_precision_modes():
     assert not T.precision_config("fp16_noscale", base).grad_scaler
     assert T.precision_config("bf16", base).autocast == "bf16"
     assert T.precision_config("bf16_weights", base).param_dtype == "bf16"
+    assert T.precision_config("bf16_master", base).master_weights
     assert T.precision_config("bf16", T.precision_config("fp16", base)).grad_scaler is False
     with pytest.raises(ValueError, match="mode"):
         T.precision_config("fp8", base)
 
 
-@pytest.mark.parametrize("mode", ["fp16", "bf16", "bf16_weights"])
+@pytest.mark.parametrize("mode", ["fp16", "bf16", "bf16_weights", "bf16_master"])
 def test_precision_modes_train_on_cpu(tokens, mode):
     r = T.train_steps(T.precision_config(mode, tiny(attn="sdpa", batch_size=1, seq_len=16)), 3, tokens=tokens)
     assert all(math.isfinite(v) for v in r.losses)
