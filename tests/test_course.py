@@ -1,5 +1,4 @@
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -119,19 +118,13 @@ def test_every_plot_draws_from_result_objects():
         plots.roofline([], peak_tflops=0, bandwidth_gbs=1)
 
 
-def test_readme_reference_section_matches_the_committed_reference_run():
+def test_readme_reference_section_matches_the_committed_reference_run(monkeypatch):
     root = Path(__file__).resolve().parents[1]
-    folder = "data/reference/nvidia-h100-80gb-hbm3"
     start, end = course.README_MARKERS
-    text = (root / "README.md").read_text()
-    section = text.split(start)[1].split(end)[0].strip()
-    cwd = os.getcwd()
-    try:
-        os.chdir(root)  # the section names the folder as the README links it: relative to the repository
-        assert section == course.reference_section(folder).strip(), \
-            "README out of date: python -m gpulab summary data/reference/<gpu> --readme README.md"
-    finally:
-        os.chdir(cwd)
+    section = (root / "README.md").read_text().split(start)[1].split(end)[0].strip()
+    monkeypatch.chdir(root)  # the section names the folder as the README links it: relative to the repository
+    assert section == course.reference_section("data/reference/nvidia-h100-80gb-hbm3").strip(), \
+        "README out of date: python -m gpulab summary data/reference/<gpu> --readme README.md"
 
 
 def test_update_readme_needs_one_marker_pair(tmp_path):
