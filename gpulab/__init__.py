@@ -8,7 +8,8 @@
 """
 from . import flops, plots, widgets
 from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
-from .experiment import Claim, Comparison, RunResult, before_after, measure
+from .claims import Claim, Estimate, claims_table_html, interval_of
+from .experiment import Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
 from .monitor import Monitor, Trace
 from .profiling import find_syncs, profile
@@ -21,7 +22,7 @@ __all__ = [
     "flops", "count_flops", "mfu",
     "Monitor", "Trace",
     "profile", "find_syncs",
-    "Claim", "Comparison", "RunResult", "before_after", "measure",
+    "Claim", "Estimate", "interval_of", "claims_table_html", "Comparison", "RunResult", "before_after", "measure",
     "NotebookResult", "load_result", "load_reference", "reference_view",
     "plots", "widgets",
 ]
