@@ -5,11 +5,13 @@ Only device kernels count as kernels and as busy time; memcpy and memset are the
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -33,6 +35,7 @@ class ProfileSummary:
     top_kernels: list[tuple[str, float, int]] = field(default_factory=list)  # name, total ms, count
     cpu_ops: int = 0
     note: str = ""
+    trace_path: str | None = None
 
     @property
     def busy_fraction(self) -> float | None:
@@ -170,31 +173,71 @@ def summarize_events(events: Any, *, steps: int, cuda: bool, step_name: str = ST
                           gaps_ms=gaps, sync_calls=dict(syncs), top_kernels=top_k, cpu_ops=cpu_ops)
 
 
-def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int = 5) -> ProfileSummary:
-    """Run `fn()` `warmup` times, then `steps` times under torch.profiler, and summarise the trace."""
-    if steps < 1:
-        raise ValueError(f"steps={steps} must be >= 1")
-    if warmup < 0:
-        raise ValueError(f"warmup={warmup} must be >= 0")
+@contextlib.contextmanager
+def nvtx_range(name: str) -> Iterator[None]:
+    """An NVTX range (shown by Nsight Systems) and a profiler range around a block; NVTX is skipped without CUDA."""
+    pushed = False
+    if torch.cuda.is_available():
+        try:
+            torch.cuda.nvtx.range_push(name)
+            pushed = True
+        except Exception:  # NVTX missing from this build: the profiler range still marks the block
+            pushed = False
+    try:
+        with torch.profiler.record_function(name):
+            yield
+    finally:
+        if pushed:
+            torch.cuda.nvtx.range_pop()
+
+
+def _check_count(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int = 5, wait: int = 0,
+            profiler_warmup: int = 1, trace_path: str | Path | None = None) -> ProfileSummary:
+    """Run `fn()` `warmup` times, then under torch.profiler's schedule, and summarise the active steps.
+
+    The schedule is torch.profiler.schedule(wait, profiler_warmup, active=steps): `wait` steps run unrecorded,
+    `profiler_warmup` steps are recorded and thrown away (the profiler's own start-up cost), then `steps` are
+    kept. Each step runs inside an NVTX range and a `record_function` range named "gpulab_step". With
+    `trace_path` (a name ending in .json.gz, or .json) the active steps are written as a Chrome/Perfetto trace:
+    open it at https://ui.perfetto.dev.
+    """
+    _check_count("steps", steps, 1)
+    _check_count("warmup", warmup, 0)
+    _check_count("wait", wait, 0)
+    _check_count("profiler_warmup", profiler_warmup, 0)
+    if trace_path is not None and not str(trace_path).endswith((".json", ".json.gz")):
+        raise ValueError(f"trace_path={str(trace_path)!r} must end in .json.gz (or .json)")
     cuda = torch.cuda.is_available()
     for _ in range(warmup):
         fn()
     if cuda:
         torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-    # One profiled warm-up step absorbs the profiler's own start-up cost; only the active steps are kept.
-    sched = torch.profiler.schedule(wait=0, warmup=1, active=steps)
+    sched = torch.profiler.schedule(wait=wait, warmup=profiler_warmup, active=steps, repeat=1)
     with torch.profiler.profile(activities=acts, schedule=sched) as prof:
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        prof.step()
-        for _ in range(steps):
-            with torch.profiler.record_function(STEP_RANGE):
+        for i in range(wait + profiler_warmup + steps):
+            if i >= wait + profiler_warmup:
+                with nvtx_range(STEP_RANGE):
+                    fn()
+            else:
                 fn()
-        if cuda:
-            torch.cuda.synchronize()
-    return summarize_events(prof.events(), steps=steps, cuda=cuda, top=top)
+            if cuda and i < wait + profiler_warmup:
+                torch.cuda.synchronize()  # unkept steps end before the kept ones begin
+            if cuda and i == wait + profiler_warmup + steps - 1:
+                torch.cuda.synchronize()  # the last kept kernels land inside the recorded window
+            if i < wait + profiler_warmup + steps - 1:
+                prof.step()  # not after the last: that would close the cycle and clear its events
+    summary = summarize_events(prof.events(), steps=steps, cuda=cuda, top=top)
+    if trace_path is not None:
+        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace_path))  # a .gz name is gzipped by the profiler
+        summary.trace_path = str(trace_path)
+    return summary
 
 
 def find_syncs(fn: Callable[[], Any]) -> list[str]:

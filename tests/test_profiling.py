@@ -112,3 +112,94 @@ def test_profile_rejects_bad_arguments():
         profiling.profile(lambda: None, steps=0)
     with pytest.raises(ValueError, match="warmup"):
         profiling.profile(lambda: None, warmup=-1)
+
+
+# -- trace export and the time breakdown ----------------------------------------------------------------
+
+def test_profile_writes_a_gzipped_trace_with_the_steps(tmp_path):
+    from gpulab import traces
+
+    path = tmp_path / "trace.json.gz"
+    s = profiling.profile(lambda: torch.randn(32, 32) @ torch.randn(32, 32), steps=3, warmup=0, wait=1,
+                          trace_path=path)
+    assert s.trace_path == str(path)
+    data = traces.load_trace(path)  # gzip + JSON
+    names = [e.get("name") for e in data["traceEvents"]]
+    assert names.count("gpulab_step") == 3  # only the active steps are kept
+    assert any(str(n).startswith("aten::mm") for n in names)
+
+
+def test_profile_rejects_a_trace_name_it_cannot_write(tmp_path):
+    with pytest.raises(ValueError, match="trace_path"):
+        profiling.profile(lambda: None, trace_path=tmp_path / "trace.txt")
+
+
+def _x(name, cat, ts, dur, corr=None):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "args": {} if corr is None else {"correlation": corr}}
+
+
+def synthetic_trace():
+    """Two 100 µs steps. Step 1: a kernel, then .item() (a sync), a 20 µs idle gap, a kernel launched after it.
+    Step 2: a copy, a kernel launched late (host launching), and a kernel queued early but starting late."""
+    ev = [_x("gpulab_step", "user_annotation", 0, 100), _x("gpulab_step", "user_annotation", 100, 100)]
+    ev += [_x("cudaLaunchKernel", "cuda_runtime", 0, 2, 1), _x("k1", "kernel", 5, 30, 1),
+           _x("cudaStreamSynchronize", "cuda_runtime", 3, 33), _x("cudaLaunchKernel", "cuda_runtime", 50, 2, 2),
+           _x("k2", "kernel", 55, 45, 2)]
+    ev += [_x("cudaMemcpyAsync", "cuda_runtime", 100, 2, 3), _x("Memcpy HtoD", "gpu_memcpy", 100, 10, 3),
+           _x("cudaLaunchKernel", "cuda_runtime", 115, 2, 4), _x("k3", "kernel", 120, 20, 4),
+           _x("cudaLaunchKernel", "cuda_runtime", 125, 2, 5), _x("k4", "kernel", 150, 50, 5)]
+    return {"traceEvents": ev}
+
+
+def test_time_breakdown_splits_idle_by_cause(tmp_path):
+    from gpulab import traces
+
+    b = traces.time_breakdown(synthetic_trace())
+    assert b.steps == 2 and b.window_ms == pytest.approx(0.200) and b.kernels == 4
+    ms = {k: round(v * 1e3, 6) for k, v in b.ms.items()}  # µs
+    assert ms["kernels"] == 145 and ms["memcpy/memset"] == 10
+    # gaps: 0-5 (before k1: launched at 0, queued), 35-55 (after the sync), 110-120 (k3 launched at 115),
+    # 140-150 (k4 launched at 125, before the gap: queued work waiting)
+    assert ms["idle: after a sync"] == 20
+    assert ms["idle: host launching"] == 10
+    assert ms["idle: queued work waiting"] == 15
+    assert sum(ms.values()) == pytest.approx(200)
+    assert b.largest_idle() == "idle: after a sync"
+    # the same trace from a gzipped file
+    import gzip
+    import json
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(synthetic_trace(), f)
+    assert traces.time_breakdown(path).ms == b.ms
+
+
+def test_time_breakdown_of_a_cpu_trace_says_why_it_is_empty(tmp_path):
+    from gpulab import traces
+
+    path = tmp_path / "cpu.json.gz"
+    profiling.profile(lambda: torch.ones(8) * 2, steps=2, warmup=0, trace_path=path)
+    b = traces.time_breakdown(path)
+    assert b.window_ms == 0 and "without a CUDA GPU" in b.note
+
+
+def test_step_memory_by_category():
+    from gpulab import traces
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(16, 64)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+    step()
+    p = traces.step_memory(step, device="cpu")
+    if p.note:
+        pytest.skip(p.note)
+    n_bytes = sum(q.numel() * 4 for q in model.parameters())
+    at = p.at_peak()
+    assert at["parameters"] == n_bytes
+    assert 2 * n_bytes <= at["optimizer state"] <= 2 * n_bytes + 256  # exp_avg, exp_avg_sq and a step count each
+    assert p.peak_bytes >= 4 * n_bytes and p.peak_ms is not None
