@@ -102,7 +102,8 @@ def test_profile_counts_only_device_kernels(monkeypatch):
     assert s.busy_fraction < 0.5
 
 
-def test_cpu_profile_has_no_kernels():
+def test_cpu_profile_has_no_kernels(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU path, also on a GPU host
     s = profiling.profile(lambda: torch.ones(64) * 2, steps=2, warmup=1)
     assert s.kernel_count is None and s.busy_fraction is None and s.cpu_ops >= 2
 
