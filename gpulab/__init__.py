@@ -7,7 +7,7 @@
     cmp = gl.before_after(slow, fast, name="bf16", flops=f, dtype="bf16")
     with gl.track(flops_per_step=f, dtype="bf16") as t: ... t.step()   # MFU per step, no sync
 """
-from . import flops, plots, widgets
+from . import flops
 from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
 from .claims import Claim, Estimate, claims_table_html, interval_of
 from .experiment import Comparison, RunResult, before_after, measure
@@ -31,3 +31,12 @@ __all__ = [
     "plots", "widgets",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """Display modules load on first use: `import gpulab` stays free of matplotlib.pyplot and ipywidgets."""
+    if name in ("plots", "widgets"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'gpulab' has no attribute {name!r}")
