@@ -33,7 +33,7 @@ TRANSFERS = ("per_batch", "once")
 
 __all__ = ["LOG_MODES", "MASK_MODES", "TRANSFERS", "token_batches", "masked_mean", "TrainLoop", "eval_fn",
            "CopyTiming", "copy_timing", "h2d_fns", "CopyComputeOverlap", "QueuedCopyTiming", "queued_copy_timing",
-           "busy_work"]
+           "busy_work", "count_syncs", "hidden_share"]
 
 
 def _need_cuda(what: str) -> None:
@@ -196,6 +196,33 @@ def eval_fn(model: torch.nn.Module, batches: list, *, transfer: str = "per_batch
     return run
 
 
+def count_syncs(variants: dict[str, Callable[[], Any]]) -> dict[str, int]:
+    """Synchronizing calls each variant makes in one run, from torch.cuda.set_sync_debug_mode("warn").
+
+    An exact count per variant (each warning is one synchronizing call); {} without CUDA, where there is no
+    device to wait for and the debug mode reports nothing.
+    """
+    from .profiling import find_syncs
+
+    if not torch.cuda.is_available():
+        return {}
+    return {name: len(find_syncs(fn)) for name, fn in variants.items()}
+
+
+def hidden_share(speedup: Estimate, overlapped_s: float, shorter: Estimate) -> Estimate:
+    """Percent of the shorter task (copy or compute) that overlap hid, with its interval.
+
+    serial - overlapped = overlapped * (speedup - 1); divided by the shorter task's time. The interval combines
+    the speedup's interval with the shorter task's quartiles (the widest ratio of the ends).
+    """
+    if not (overlapped_s > 0 and shorter.lo > 0):
+        raise ValueError("overlapped_s and the shorter task's times must be > 0")
+    saved = speedup.map(lambda r: (r - 1) * overlapped_s)
+    value = saved.value / shorter.value * 100
+    ends = [a / b * 100 for a in (saved.lo, saved.hi) for b in (shorter.lo, shorter.hi)] + [value]
+    return Estimate(value, min(ends), max(ends))
+
+
 # ---------------------------------------------------------------- host-to-device copies
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -279,9 +306,15 @@ class QueuedCopyTiming:
         q1, med, q3 = _quartiles(self.waited)
         return Estimate(med, q1, q3)
 
+    def medians(self) -> dict[str, float]:
+        """Median seconds of the call's return (host), the queued work and the copy (GPU)."""
+        return {"host_s": statistics.median(self.host_s), "queued_s": statistics.median(self.queued_s),
+                "copy_s": statistics.median(self.copy_s)}
+
     def to_dict(self) -> dict[str, Any]:
         e = self.estimate()
-        return asdict(self) | {"waited_median": e.value, "waited_q1": e.lo, "waited_q3": e.hi}
+        return asdict(self) | {"waited_median": e.value, "waited_q1": e.lo, "waited_q3": e.hi} | {
+            f"median_{k}": v for k, v in self.medians().items()}
 
 
 def busy_work(seconds: float, *, device: torch.device | str | None = None, size: int = 2048) -> Callable[[], None]:

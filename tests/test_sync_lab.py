@@ -127,6 +127,8 @@ def test_queued_copy_waited_fraction():
     assert p.estimate().hi == pytest.approx(0.0008)
     d = p.to_dict()
     assert d["waited_median"] == pytest.approx(0.0008) and len(d["host_s"]) == 4
+    assert q.medians() == pytest.approx({"host_s": 0.025, "queued_s": 0.02, "copy_s": 0.005})
+    assert d["median_host_s"] == pytest.approx(2e-5)
 
 
 @pytest.mark.parametrize("log", ["cpu", "branch"])
@@ -137,3 +139,19 @@ def test_sync_probe_modes_train_the_same(log):
     for pa, pb in zip(a.model.parameters(), b.model.parameters()):
         torch.testing.assert_close(pa, pb)
     assert _loop().fn(1, log="cpu")() is None
+
+
+def test_hidden_share_interval():
+    from gpulab.claims import Estimate
+    # serial 21 ms, overlapped 12 ms, the shorter task 10 ms: 9 ms of it hidden, 90%
+    e = sl.hidden_share(Estimate(21 / 12, 20 / 12, 22 / 12), 0.012, Estimate(0.010, 0.0095, 0.0105))
+    assert e.value == pytest.approx(90.0)
+    assert e.lo == pytest.approx(8 / 10.5 * 100) and e.hi == pytest.approx(10 / 9.5 * 100)
+    with pytest.raises(ValueError):
+        sl.hidden_share(Estimate.exact(2.0), 0.0, Estimate.exact(1.0))
+
+
+def test_count_syncs_is_empty_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU path")
+    assert sl.count_syncs({"item": lambda: torch.ones(1).item()}) == {}
