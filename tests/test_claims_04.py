@@ -23,7 +23,8 @@ CLAIMS = [".item() forces a CPU-GPU sync", ".cpu() forces a CPU-GPU sync",
           "non_blocking needs pinned memory: from pageable memory the call returns only after the copy",
           "a single .item() per step instead of two: 2-5% faster",
           "eliminating the CPU-GPU sync in the training loop: 15-20% faster iterations",
-          "`.numpy()` forces a CPU-GPU sync"]
+          "`.numpy()` forces a CPU-GPU sync",
+          "`int(tensor.max())` for a dynamic size forces a CPU-GPU sync"]
 
 
 @pytest.fixture(scope="module")
