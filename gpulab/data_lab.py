@@ -414,6 +414,15 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     return Comparison(name=name, before=b, after=a, device=dev.name, kind=kind)
 
 
+def pipeline_mfu(run: RunResult) -> float | None:
+    """MFU of a fed loop from its window throughput (FLOPs per item × items/s over the peak), not from the
+    median call, which a bursty queue makes look faster than the loop runs; None without FLOPs or a peak."""
+    rate = run.throughput
+    if not (run.flops and run.items and run.peak_tflops and rate):
+        return None
+    return run.flops / run.items * rate / (run.peak_tflops * 1e12)
+
+
 def data_wait(run: RunResult) -> Estimate | None:
     """Seconds per batch the loop waited for data: the median over the timed windows, with their range."""
     waits = run.measurement.meta.get("data_wait_s_per_batch") or []

@@ -119,3 +119,16 @@ def test_ratio_share_and_knee_estimates():
     k = dl.knee_estimate(rates, 0.95)
     assert k.value == 8 and k.lo == 4 and k.hi == 16  # 4 could be within 5%; 16 surely is (310 >= 0.95 × 340)
     assert dl.knee_estimate({}) is None and dl.share_of_best(rates, 2) is None
+
+
+def test_pipeline_mfu_uses_the_window_not_the_median_call():
+    from gpulab.experiment import RunResult
+    from gpulab.timing import Measurement
+
+    # 4 calls: three fast (a burst was waiting), one slow; 4 calls of 10 items in 1.0 s of wall time
+    m = Measurement("fed", [0.05, 0.05, 0.05, 0.85], windows=[(4, 1.0)])
+    run = RunResult("fed", m, flops=10e12, items=10, peak_tflops=1000.0, pipeline=True)
+    assert run.throughput == pytest.approx(40.0)  # items over the window
+    assert dl.pipeline_mfu(run) == pytest.approx(10e12 / 10 * 40 / 1e15)  # 4%
+    assert run.mfu > 3 * dl.pipeline_mfu(run)  # the median call (0.05 s) reads 20%
+    assert dl.pipeline_mfu(RunResult("x", m)) is None
