@@ -152,10 +152,11 @@ def captured_share(runs: Sequence[BurstRun]) -> Estimate | None:
 
 
 def run_bursts(work: Callable[[], Any], per_call_s: float, *, burst_ms: float, gap_ms: float,
-               seconds: float = 2.0, device: DeviceInfo | None = None) -> BurstRun:
+               seconds: float = 2.0, device: DeviceInfo | None = None, nvml: Any = None) -> BurstRun:
     """Run bursts of `work` (each about `burst_ms` of GPU time) separated by `gap_ms` of idle, for `seconds`,
     under a Monitor; return each burst's GPU busy interval (CUDA events, ending when the sync returns) paired
-    with NVML's samples. `per_call_s` is one call's time, to size the bursts. Needs a CUDA GPU with NVML."""
+    with NVML's samples. `per_call_s` is one call's time, to size the bursts. Needs a CUDA GPU with NVML
+    (`nvml` replaces pynvml, for tests)."""
     import torch
 
     device = device or get_device()
@@ -168,7 +169,7 @@ def run_bursts(work: Callable[[], Any], per_call_s: float, *, burst_ms: float, g
     work()
     torch.cuda.synchronize()
     run = BurstRun(burst_ms=burst_ms, gap_ms=gap_ms)
-    with Monitor(device, gpm=False, cpu=False) as mon:
+    with Monitor(device, gpm=False, cpu=False, nvml=nvml) as mon:
         t0 = mon._t0_epoch  # NVML's sample times are epoch-based; the monitor counts from this instant
         stop = time.time() + seconds
         while time.time() < stop:

@@ -103,3 +103,32 @@ def test_optimised_config_is_the_case_studys_final_loop():
     assert cfg.param_dtype == "bf16" and cfg.master_weights and cfg.fused_loss and cfg.fused_adamw
     assert cfg.attn == "sdpa" and not cfg.sync_every_step and cfg.pad_vocab and not cfg.compile
     assert ms.optimised_config(model, batch_size=8, grad_accum=2, num_workers=1, compile=True, device=CPU).compile
+
+
+def test_run_bursts_pairs_event_times_with_nvml_samples(monkeypatch):
+    import torch
+    from test_monitor import FAKE_GPU, FakeNVML
+
+    class Event:  # CUDA events that say each burst took 2 ms
+        def __init__(self, enable_timing=False):
+            pass
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return 2.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    calls = []
+    run = ms.run_bursts(lambda: calls.append(1), 1e-3, burst_ms=2, gap_ms=8, seconds=0.6, device=FAKE_GPU,
+                        nvml=FakeNVML(util=20))
+    assert len(calls) >= 2 * len(run.busy) and len(run.busy) >= 10  # 2 calls a burst, plus a warm-up call
+    assert all(e - s == pytest.approx(2e-3) for s, e in run.busy)
+    assert run.periods and all(v == 20.0 for _, _, v, _ in run.periods)
+    assert all(run.busy[0][0] <= a < b <= run.busy[-1][1] for a, b, _, _ in run.periods)
+    assert 5 < run.true_busy_pct < 40  # 2 ms of every ~10 ms
