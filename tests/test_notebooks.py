@@ -51,7 +51,7 @@ def test_notebook_smoke_run(name, tmp_path, monkeypatch):
     assert data["claims"], f"{name}: no claim checked"
     for c in data["claims"]:
         assert c["verdict"] in VERDICTS, c
-        if c["verdict"] != "not tested":
+        if c["verdict"] in ("confirmed", "refuted", "inconclusive"):  # a verdict needs a value; a proxy may be absent
             assert c["measured"] is not None, c
         else:
             assert c["note"], f"{name}: an untested claim must say why: {c['text']}"
