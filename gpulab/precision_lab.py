@@ -1,0 +1,146 @@
+"""Notebook 07's measurements beyond the training loop: the optimizer step and the attention op alone,
+loss gaps with their interval, and whether a TF32 figure from another GPU carries over to this one.
+
+    fns = optimizer_step_fns(model_cfg, device)              # {"for-loop": f, "foreach": f, "fused": f}
+    manual, sdpa = attention_fns(16, 12, 512, 64, device)   # forward + backward of the attention op alone
+    gap = loss_gap_estimate(bf16.losses, fp32.losses)       # signed % gap of the final losses, with interval
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from .claims import Estimate
+from .device import DeviceInfo, as_torch_device, lookup_peaks
+from .flops import attention_flops
+from .timing import quantiles
+from .workloads import GPTConfig
+
+OPTIMIZER_VARIANTS = ("for-loop", "foreach", "fused")
+_ATTN_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _check_positive_ints(**kw: Any) -> None:
+    for name, v in kw.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name}={v!r} must be a positive integer")
+
+
+def optimizer_step_fns(model_cfg: GPTConfig, device: Any = None, *, variants: tuple[str, ...] = OPTIMIZER_VARIANTS,
+                       lr: float = 6e-4, weight_decay: float = 0.1, seed: int = 0) -> dict[str, Callable[[], None]]:
+    """One AdamW `step()` per implementation, each on its own FP32 copy of a GPT's parameters.
+
+    The gradients are fixed random tensors and stay in place, so a call times the optimizer step alone
+    (no forward, backward or zero_grad): "for-loop" (foreach=False, one kernel per op per tensor),
+    "foreach" (PyTorch's default on a GPU: one launch per op over a list of tensors) and "fused"
+    (fused=True: the whole update in one kernel per parameter group). Same hyper-parameters as the trainer.
+    """
+    from .training import _param_groups  # the trainer's decay / no-decay split
+
+    if isinstance(variants, str) or not variants:
+        raise ValueError(f"variants={variants!r} must be a non-empty tuple of {OPTIMIZER_VARIANTS}")
+    bad = [v for v in variants if v not in OPTIMIZER_VARIANTS]
+    if bad:
+        raise ValueError(f"variants: {bad} not supported; allowed: {', '.join(OPTIMIZER_VARIANTS)}")
+    if not isinstance(model_cfg, GPTConfig):
+        raise ValueError(f"model_cfg={model_cfg!r} must be a GPTConfig")
+    dev = as_torch_device(device)
+    from .workloads import GPT
+
+    torch.manual_seed(seed)
+    shapes = [p.shape for p in GPT(model_cfg).parameters()]  # tied weights once, as the trainer optimizes them
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    grads = [(torch.randn(s, generator=gen) * 1e-3).to(dev) for s in shapes]
+    fns: dict[str, Callable[[], None]] = {}
+    for name in variants:
+        params = [torch.nn.Parameter(torch.randn(s, generator=gen).mul_(0.02).to(dev)) for s in shapes]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        kw = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[name]
+        opt = torch.optim.AdamW(_param_groups(params, weight_decay), lr=lr, betas=(0.9, 0.95), eps=1e-8, **kw)
+        fns[name] = opt.step
+    return fns
+
+
+def manual_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal softmax(QKᵀ/√d)V written out: it materializes the B×H×T×T scores (what the GPT's "manual" does)."""
+    T = q.size(-2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
+
+
+def attention_fns(batch: int, heads: int, seq_len: int, head_dim: int, device: Any = None, *,
+                  dtype: str = "bf16", seed: int = 0) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(manual, sdpa): forward and backward of causal attention alone on the same random Q, K, V.
+
+    Both run under autocast in `dtype` as the training step does (the manual softmax then runs in FP32,
+    as autocast puts it), so the difference is the kernel: the written-out attention against
+    `F.scaled_dot_product_attention` (flash or memory-efficient attention on a GPU).
+    """
+    _check_positive_ints(batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim)
+    if dtype not in _ATTN_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not supported; allowed: {', '.join(_ATTN_DTYPES)}")
+    dev = as_torch_device(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shape = (batch, heads, seq_len, head_dim)
+    q, k, v = (torch.randn(shape, generator=gen).to(dev, _ATTN_DTYPES[dtype]).requires_grad_() for _ in range(3))
+    grad_out = torch.randn(shape, generator=gen).to(dev, _ATTN_DTYPES[dtype])
+    use_autocast = dtype != "fp32"
+
+    def run(attn: Callable[..., torch.Tensor]) -> Callable[[], None]:
+        def step() -> None:
+            with torch.autocast(dev.type, dtype=_ATTN_DTYPES[dtype] if use_autocast else torch.bfloat16,
+                                enabled=use_autocast):
+                y = attn(q, k, v)
+            y.backward(grad_out)
+            q.grad = k.grad = v.grad = None
+        return step
+
+    sdpa = lambda q_, k_, v_: F.scaled_dot_product_attention(q_, k_, v_, is_causal=True)  # noqa: E731
+    return run(manual_attention), run(sdpa)
+
+
+def attention_step_flops(batch: int, heads: int, seq_len: int, head_dim: int) -> float:
+    """FLOPs of attention's two matmuls, forward and backward, counted in full (as the MFU formula does)."""
+    return attention_flops(batch, seq_len, heads * head_dim, backward=True)
+
+
+def loss_gap_estimate(losses: list[float], reference: list[float], window: int | None = None) -> Estimate:
+    """Signed gap of a run's final loss to a reference run's, in % of the reference, with its interval.
+
+    Both runs saw the same batches, so the gap is taken step by step over the last `window` steps (default:
+    the last 10%, at least 1, as `TrainResult.final_loss`): the value is the gap of the two windows' means,
+    the interval the quartiles of the per-step gaps (widened to hold the value).
+    """
+    if not losses or len(losses) != len(reference):
+        raise ValueError(f"losses ({len(losses)}) and reference ({len(reference)}) must be non-empty and equally long")
+    k = max(1, len(losses) // 10) if window is None else window
+    _check_positive_ints(window=k)
+    a, b = losses[-k:], reference[-k:]
+    if not all(math.isfinite(x) for x in a + b) or min(b) <= 0:
+        raise ValueError("losses must be finite and the reference losses positive")
+    value = (statistics.fmean(a) / statistics.fmean(b) - 1) * 100
+    steps = [(x / y - 1) * 100 for x, y in zip(a, b)]
+    q1, _, q3 = quantiles(steps)
+    return Estimate(value, min(q1, value), max(q3, value))
+
+
+def tf32_speed_ratio(device: DeviceInfo | None, reference_gpu: str = "RTX 3090") -> dict[str, Any]:
+    """TF32 over FP32 datasheet dense peaks, here and on `reference_gpu`, and whether a TF32 speedup
+    measured there can carry over here (the two ratios within 1.5x of each other)."""
+    here = device.peaks if device is not None else None
+    ref = lookup_peaks(reference_gpu)
+
+    def ratio(spec):
+        return spec.tflops["tf32"] / spec.tflops["fp32"] if spec and "tf32" in spec.tflops and "fp32" in spec.tflops else None
+
+    r_here, r_ref = ratio(here), ratio(ref)
+    comparable = bool(r_here and r_ref and max(r_here, r_ref) / min(r_here, r_ref) < 1.5)
+    return {"here": r_here, "reference": r_ref, "reference_gpu": ref.model if ref else reference_gpu,
+            "device": here.model if here else (device.name if device else "unknown"), "comparable": comparable}
