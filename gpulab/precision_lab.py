@@ -112,21 +112,24 @@ def attention_step_flops(batch: int, heads: int, seq_len: int, head_dim: int) ->
     return attention_flops(batch, seq_len, heads * head_dim, backward=True)
 
 
-def loss_gap_estimate(losses: list[float], reference: list[float], window: int | None = None) -> Estimate:
+def loss_gap_estimate(losses: list[float], reference: list[float], window: int | None = None,
+                      min_spread_steps: int = 5) -> Estimate:
     """Signed gap of a run's final loss to a reference run's, in % of the reference, with its interval.
 
-    Both runs saw the same batches, so the gap is taken step by step over the last `window` steps (default:
-    the last 10%, at least 1, as `TrainResult.final_loss`): the value is the gap of the two windows' means,
-    the interval the quartiles of the per-step gaps (widened to hold the value).
+    The value is the gap of the means of the last `window` steps (default: the last 10%, at least 1, as
+    `TrainResult.final_loss`). Both runs saw the same batches, so the interval is the quartiles of the
+    step-by-step gaps over the last max(window, `min_spread_steps`) steps (widened to hold the value):
+    a short run's final window of one or two steps would give no spread to speak of.
     """
     if not losses or len(losses) != len(reference):
         raise ValueError(f"losses ({len(losses)}) and reference ({len(reference)}) must be non-empty and equally long")
     k = max(1, len(losses) // 10) if window is None else window
-    _check_positive_ints(window=k)
-    a, b = losses[-k:], reference[-k:]
+    _check_positive_ints(window=k, min_spread_steps=min_spread_steps)
+    n = min(len(losses), max(k, min_spread_steps))
+    a, b = losses[-n:], reference[-n:]
     if not all(math.isfinite(x) for x in a + b) or min(b) <= 0:
         raise ValueError("losses must be finite and the reference losses positive")
-    value = (statistics.fmean(a) / statistics.fmean(b) - 1) * 100
+    value = (statistics.fmean(a[-k:]) / statistics.fmean(b[-k:]) - 1) * 100
     steps = [(x / y - 1) * 100 for x, y in zip(a, b)]
     q1, _, q3 = quantiles(steps)
     return Estimate(value, min(q1, value), max(q3, value))

@@ -107,3 +107,9 @@ def test_estimate_helpers():
     assert est.value == pytest.approx(95.0) and est.lo <= 95 <= est.hi
     with pytest.raises(ValueError, match="proxy"):
         CS.Proxies(waterfall()).get("nonsense")
+
+
+def test_claim_texts_are_unique():
+    # NotebookResult.claim() keeps one claim per text: two claims with one text would lose one.
+    claims = CS.case_study_claims(waterfall(), gpu=True, device_memory_gb=80.0)
+    assert len({c.text for c in claims}) == len(claims)

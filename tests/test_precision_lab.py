@@ -50,8 +50,10 @@ def test_attention_fns_run_forward_and_backward():
 def test_loss_gap_estimate_is_signed_with_per_step_quartiles():
     ref = [2.0] * 20
     run = [2.0] * 18 + [2.2, 2.0]  # last 10% = 2 steps: +10% and 0%
-    est = P.loss_gap_estimate(run, ref)
+    est = P.loss_gap_estimate(run, ref, min_spread_steps=1)
     assert est.value == pytest.approx(5.0) and est.interval == pytest.approx((2.5, 7.5))  # quartiles of 0%, +10%
+    wide = P.loss_gap_estimate(run, ref)  # the spread over the last 5 steps: 0, 0, 0, +10%, 0
+    assert wide.value == pytest.approx(5.0) and wide.interval == pytest.approx((0.0, 5.0))
     lower = P.loss_gap_estimate([1.8] * 20, ref)
     assert lower.value == pytest.approx(-10.0) and lower.lo == pytest.approx(-10.0) == lower.hi
     with pytest.raises(ValueError, match="equally long"):
