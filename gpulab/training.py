@@ -28,10 +28,12 @@ import torch
 from torch.utils.data import DataLoader
 
 from .batchsize import is_oom
+from .claims import Estimate
 from .device import (DeviceInfo, as_torch_device, check_dtype, float32_matmul_precision, get_device,
                      synchronize)
 from .flops import transformer_flops_per_token
 from .fused_loss import fused_kernel_available, kernel_status
+from .timing import benchmark
 from .workloads import GPT, GPTConfig, TokenDataset, pad_vocab_size
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -687,19 +689,38 @@ class ConfigRun:
     def step_s(self) -> float:
         return self.run.seconds
 
+    def tokens_per_s_estimate(self) -> Estimate:
+        """Tokens/s with its interval: over the timed windows' wall time when measured as a pipeline (the loop
+        pulls from a DataLoader), else tokens per step over the median step (quartiles as the interval)."""
+        est = self.run.throughput_estimate()
+        if est is None:  # a run without items: the step time alone
+            m = self.run.measurement
+            t = self.config.tokens_per_step
+            est = Estimate(t / m.median, t / m.q3, t / m.q1)
+        return est
+
     @property
     def tokens_per_s(self) -> float:
-        return self.config.tokens_per_step / self.run.seconds
+        return self.tokens_per_s_estimate().value
+
+    def mfu_estimate(self) -> Estimate | None:
+        """MFU against the datasheet dense BF16 peak, from tokens/s (and its interval)."""
+        if not self.peak_tflops_bf16:
+            return None
+        per_token = self.config.flops_per_token() / 1e12 / self.peak_tflops_bf16
+        return self.tokens_per_s_estimate().map(lambda r: r * per_token)
 
     @property
     def mfu(self) -> float | None:
         """Against the datasheet dense BF16 peak, whatever dtype this configuration uses (one yardstick)."""
-        return self.run.tflops / self.peak_tflops_bf16 if self.peak_tflops_bf16 and self.run.tflops else None
+        est = self.mfu_estimate()
+        return est.value if est else None
 
     @property
     def mfu_own(self) -> float | None:
         """Against the datasheet dense peak of this configuration's own matmul dtype."""
-        return self.run.mfu
+        own = self.run.peak_tflops
+        return self.mfu * self.peak_tflops_bf16 / own if own and self.mfu is not None else None
 
     @property
     def setup_s(self) -> float:
@@ -708,8 +729,10 @@ class ConfigRun:
 
     def row(self) -> dict[str, Any]:
         """A JSON-able summary for NotebookResult.record()."""
+        tps = self.tokens_per_s_estimate()
         return {"label": self.label, "step_ms": self.step_s * 1e3, "iqr_ms": self.run.measurement.iqr * 1e3,
-                "tokens_per_step": self.config.tokens_per_step, "tokens_per_s": self.tokens_per_s,
+                "tokens_per_step": self.config.tokens_per_step, "tokens_per_s": tps.value,
+                "tokens_per_s_interval": [tps.lo, tps.hi], "pipeline": self.run.pipeline,
                 "tflops": self.run.tflops, "mfu_bf16_peak": self.mfu, "mfu_own_peak": self.mfu_own,
                 "matmul_dtype": self.config.matmul_dtype, "nvml_util": self.run.metric("nvml_util"),
                 "gpm_sm_active": self.run.metric("gpm_sm_active"),
@@ -720,15 +743,20 @@ class ConfigRun:
 
 def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device: DeviceInfo | None = None,
                    min_time_s: float | None = None, monitor: bool = True, peaks: Any = None,
-                   keep: bool = False) -> tuple[ConfigRun, Trainer | None]:
+                   keep: bool = False, pipeline: bool = False, rounds: int = 0) -> tuple[ConfigRun, Trainer | None]:
     """Build `cfg`, time its first step alone, then measure its steps with gpulab.measure (timing + monitor).
 
     On CUDA out-of-memory the micro-batch is halved and the gradient accumulation doubled (same tokens per
     step) until it fits; the returned ConfigRun's config and notes say so. With keep=True the Trainer is
     returned open for reuse (e.g. a compiled model), else it is closed and None is returned.
+    `pipeline=True` takes tokens/s over the timed windows' wall time (the loop pulls from a DataLoader);
+    `rounds` adds that many further timed windows of a quarter of `min_time_s` each, so the throughput has
+    an interval (the spread of the window rates) rather than one window's single value.
     """
-    from .experiment import measure  # here, not at the top: experiment is the harness, training a workload
+    from .experiment import default_min_time, measure  # here: experiment is the harness, training a workload
 
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
+        raise ValueError(f"rounds={rounds!r} must be an int >= 0")
     dev = device or get_device()
     notes: list[str] = []
     while True:
@@ -742,7 +770,11 @@ def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device
             first = time.perf_counter() - t0
             run = measure(trainer.step, label=label, flops=trainer.flops_per_step, dtype=cfg.matmul_dtype,
                           items=cfg.tokens_per_step, item_name="tokens", min_time_s=min_time_s, monitor=monitor,
-                          device=dev, peaks=peaks)
+                          device=dev, peaks=peaks, pipeline=pipeline)
+            round_s = (min_time_s or default_min_time(dev)) / 4
+            for _ in range(rounds):
+                extra = benchmark(trainer.step, min_time_s=round_s, warmup_s=0, device=dev.torch_device)
+                run.measurement = run.measurement.merged(extra)
             peak = trainer.peak_memory_gb()
             notes += trainer.notes
         except Exception as e:  # only out-of-memory is handled; anything else is a real error
@@ -792,11 +824,22 @@ def per_items(run: Any, items: float, *, peak_tflops: float | None = None,
     k = items / run.items
     m = run.measurement
     meas = Measurement(label=m.label, times_s=[t * k for t in m.times_s], timer=m.timer,
-                       warmup_calls=m.warmup_calls, meta={**m.meta, "rescaled_from_items": run.items, "factor": k})
+                       warmup_calls=m.warmup_calls, meta={**m.meta, "rescaled_from_items": run.items, "factor": k},
+                       windows=[(n, s * k) for n, s in m.windows])  # n calls of k times the items: k times the time
+    if m.round_medians:
+        meas.meta["round_medians"] = [t * k for t in m.round_medians]
     return dataclasses.replace(run, measurement=meas, items=items, flops=run.flops * k if run.flops else None,
                                peak_tflops=peak_tflops if peak_tflops is not None else run.peak_tflops,
                                measured_peak_tflops=(measured_peak_tflops if measured_peak_tflops is not None
                                                      else run.measured_peak_tflops))
+
+
+def with_peak(run: Any, peak_tflops: float | None, measured_peak_tflops: float | None = None) -> Any:
+    """The same RunResult with its MFU taken against `peak_tflops` (e.g. the BF16 dense peak for an FP32 or
+    TF32 run, so every precision is measured with one yardstick). None keeps the run's own peak."""
+    return dataclasses.replace(run, peak_tflops=run.peak_tflops if peak_tflops is None else peak_tflops,
+                               measured_peak_tflops=(run.measured_peak_tflops if measured_peak_tflops is None
+                                                     else measured_peak_tflops))
 
 
 # ---------------------------------------------------------------- mixed precision (notebook 07)

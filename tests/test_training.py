@@ -306,3 +306,33 @@ def test_master_weights_train_like_autocast(tokens):
         losses[name] = T.train_steps(cfg.replace(lr=3e-3), 20, tokens=tokens).losses
     assert losses["master"][-1] < losses["master"][0] - 0.5  # it learns
     assert abs(losses["master"][-1] - losses["autocast"][-1]) / losses["autocast"][-1] < 0.05
+
+
+def test_measure_config_as_a_pipeline_with_rounds(tokens, cpu_device):
+    run, _ = T.measure_config("tiny", tiny(), tokens, device=cpu_device, min_time_s=0.04, monitor=False,
+                              pipeline=True, rounds=3)
+    m = run.run.measurement
+    assert run.run.pipeline and len(m.windows) == 4 and len(m.round_medians) == 4
+    est = run.tokens_per_s_estimate()
+    assert est.lo <= est.value <= est.hi and run.tokens_per_s == est.value
+    # Tokens over the windows' wall time: what the loop sustained, not tokens over the median step.
+    calls, seconds = sum(n for n, _ in m.windows), sum(s for _, s in m.windows)
+    assert est.value == pytest.approx(run.config.tokens_per_step * calls / seconds)
+    row = run.row()
+    assert row["pipeline"] is True and row["tokens_per_s_interval"] == [est.lo, est.hi]
+    scaled = T.per_items(run.run, 2 * run.config.tokens_per_step)
+    assert scaled.throughput == pytest.approx(run.run.throughput)  # the windows are rescaled with the times
+    assert scaled.measurement.round_medians == pytest.approx([2 * t for t in m.round_medians])
+    with pytest.raises(ValueError, match="rounds"):
+        T.measure_config("tiny", tiny(), tokens, device=cpu_device, min_time_s=0.02, monitor=False, rounds=-1)
+
+
+def test_config_run_mfu_against_one_peak(tokens, cpu_device):
+    run, _ = T.measure_config("tiny", tiny(), tokens, device=cpu_device, min_time_s=0.02, monitor=False)
+    assert run.mfu is None and run.mfu_estimate() is None  # no datasheet peak on a CPU
+    run.peak_tflops_bf16 = 100.0
+    run.run = T.with_peak(run.run, 25.0)  # its "own dtype" peak
+    est = run.mfu_estimate()
+    assert est.value == pytest.approx(run.tokens_per_s * run.config.flops_per_token() / 100e12)
+    assert run.mfu_own == pytest.approx(4 * run.mfu)
+    assert T.with_peak(run.run, None).peak_tflops == 25.0
