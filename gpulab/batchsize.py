@@ -459,3 +459,29 @@ def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: di
     point, could, sure = (last if v is None else v for v in (point, could, sure))
     return Estimate(point, min(could, point), max(sure, point))
 
+
+
+def run_largest(run: Callable[[int], Any], candidates: Sequence[int], *, device: Any = None) -> tuple[int, Any]:
+    """`run(b)` for the largest batch size in `candidates` that does not run out of memory.
+
+    A batch that fit a search's few steps can still run out of memory in a longer timed run (fragmentation,
+    a second model's buffers): then the next smaller candidate is tried, memory released in between.
+    Returns (the batch size that ran, what `run` returned); raises the last OOM if none ran.
+    """
+    sizes = sorted({int(b) for b in candidates}, reverse=True)
+    if not sizes or sizes[-1] < 1:
+        raise ValueError(f"candidates={list(candidates)!r} must hold positive batch sizes")
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    last: BaseException | None = None
+    for b in sizes:
+        failed = False
+        try:
+            return b, run(b)
+        except Exception as e:  # noqa: BLE001 - only OOM is retried; anything else is re-raised below
+            if not is_oom(e):
+                raise
+            last, failed = e, True
+        if failed:  # outside the except block: the traceback no longer holds the step's tensors
+            _release(dev)
+    assert last is not None
+    raise last

@@ -108,3 +108,20 @@ def test_trace_estimate_and_difference():
     d = difference(Estimate(90, 85, 95), e)
     assert d.value == 65 and d.lo == pytest.approx(85 - 32.5) and d.hi == pytest.approx(95 - 17.5)
     assert difference(None, e) is None
+
+
+def test_run_largest_steps_down_after_an_out_of_memory():
+    from gpulab.batchsize import run_largest
+
+    tried = []
+
+    def run(b):
+        tried.append(b)
+        if b > 48:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 13.05 GiB")
+        return b * 2
+
+    assert run_largest(run, [32, 64, 56, 48], device="cpu") == (48, 96)
+    assert tried == [64, 56, 48]
+    with pytest.raises(ValueError, match="boom"):
+        run_largest(lambda b: (_ for _ in ()).throw(ValueError("boom")), [8], device="cpu")
