@@ -11,6 +11,7 @@ from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_dev
 from .experiment import Claim, Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
 from .monitor import Monitor, Trace
+from .params import check_params
 from .profiling import find_syncs, profile
 from .results import NotebookResult, load_reference, load_result, reference_view
 from .timing import Measurement, benchmark, compare
@@ -22,7 +23,7 @@ __all__ = [
     "Monitor", "Trace",
     "profile", "find_syncs",
     "Claim", "Comparison", "RunResult", "before_after", "measure",
-    "NotebookResult", "load_result", "load_reference", "reference_view",
+    "NotebookResult", "load_result", "load_reference", "reference_view", "check_params",
     "plots", "widgets",
 ]
 __version__ = "0.1.0"
