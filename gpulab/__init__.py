@@ -8,9 +8,10 @@
 """
 from . import flops, plots, widgets
 from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
-from .experiment import Claim, Comparison, RunResult, before_after, measure
+from .claims import Claim, Estimate, claims_table_html, interval_of
+from .experiment import Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
-from .monitor import Monitor, Trace
+from .monitor import Monitor, Trace, watch
 from .params import check_params
 from .profiling import find_syncs, profile
 from .results import NotebookResult, load_reference, load_result, reference_view
@@ -20,9 +21,9 @@ __all__ = [
     "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
     "Measurement", "benchmark", "compare",
     "flops", "count_flops", "mfu",
-    "Monitor", "Trace",
+    "Monitor", "Trace", "watch",
     "profile", "find_syncs",
-    "Claim", "Comparison", "RunResult", "before_after", "measure",
+    "Claim", "Estimate", "interval_of", "claims_table_html", "Comparison", "RunResult", "before_after", "measure",
     "NotebookResult", "load_result", "load_reference", "reference_view", "check_params",
     "plots", "widgets",
 ]

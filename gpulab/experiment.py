@@ -6,11 +6,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .claims import Claim, Estimate, as_number
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
 from .profiling import ProfileSummary, profile as _profile
 from .timing import Measurement, Speedup, benchmark, compare, fmt_time
+
+__all__ = ["Claim", "Comparison", "RunResult", "before_after", "measure", "KINDS"]
 
 
 @dataclass
@@ -27,6 +30,7 @@ class RunResult:
     item_name: str = "samples"
     trace: Trace | None = None
     profile: ProfileSummary | None = None
+    pipeline: bool = False  # a producer/consumer loop: throughput from the window's wall time, not the median
 
     @property
     def seconds(self) -> float:
@@ -50,7 +54,20 @@ class RunResult:
 
     @property
     def throughput(self) -> float | None:
-        return self.items / self.seconds if self.items else None
+        """Items per second: over the timed windows' wall time for a pipeline, else items / median time."""
+        est = self.throughput_estimate()
+        return est.value if est else None
+
+    def throughput_estimate(self) -> Estimate | None:
+        """Throughput with its interval (per-window rates for a pipeline, the quartiles otherwise)."""
+        if not self.items:
+            return None
+        if self.pipeline:
+            rate = self.measurement.window_rate(self.items)
+            if rate is not None:
+                return rate
+        m = self.measurement
+        return Estimate(self.items / m.median, self.items / m.q3, self.items / m.q1)
 
     def metric(self, name: str) -> float | None:
         return self.trace.mean(name) if self.trace else None
@@ -60,7 +77,7 @@ class RunResult:
         return {"label": self.label, "median_ms": self.seconds * 1e3, "iqr_ms": self.measurement.iqr * 1e3,
                 "noisy": self.measurement.noisy, "flops": self.flops, "tflops": self.tflops, "dtype": self.dtype,
                 "peak_tflops": self.peak_tflops, "mfu": self.mfu, "mfu_measured_peak": self.mfu_measured_peak,
-                "throughput": self.throughput, "item_name": self.item_name,
+                "throughput": self.throughput, "item_name": self.item_name, "pipeline": self.pipeline,
                 "nvml_util": self.metric("nvml_util"), "gpm_sm_active": self.metric("gpm_sm_active"),
                 "gpm_tensor_active": self.metric("gpm_tensor_active"), "busy_fraction": p.get("busy_fraction"),
                 "kernels_per_step": p.get("kernels_per_step"), "syncs_per_step": p.get("syncs_per_step")}
@@ -77,9 +94,12 @@ class RunResult:
         return cls(label=s["label"], measurement=Measurement.from_dict(d["measurement"]), flops=s.get("flops"),
                    dtype=s.get("dtype"), peak_tflops=s.get("peak_tflops"),
                    measured_peak_tflops=d.get("measured_peak_tflops"), items=d.get("items"),
-                   item_name=s.get("item_name", "samples"),
+                   item_name=s.get("item_name", "samples"), pipeline=bool(s.get("pipeline", False)),
                    trace=Trace.from_dict(d["trace"]) if d.get("trace") else None,
                    profile=ProfileSummary.from_dict(d["profile"]) if d.get("profile") else None)
+
+
+KINDS = ("optimisation", "demonstration")
 
 
 def _pct(x: float | None, scale: float = 100.0) -> str:
@@ -99,10 +119,29 @@ class Comparison:
     after: RunResult
     device: str = ""
     notes: list[str] = field(default_factory=list)
+    kind: str = "optimisation"  # or "demonstration": a contrast that teaches, not a change to adopt
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r}; allowed: {', '.join(KINDS)}")
+        self._speed: Speedup | None = None
 
     @property
     def speed(self) -> Speedup:
-        return compare(self.before.measurement, self.after.measurement)
+        if self._speed is None:  # the measurements are values: compare once
+            self._speed = compare(self.before.measurement, self.after.measurement)
+        return self._speed
+
+    def estimate(self) -> Estimate:
+        """The speedup with its interval (paired rounds, or both sides' quartiles)."""
+        return self.speed.estimate()
+
+    def throughput_ratio(self) -> Estimate | None:
+        """after throughput / before throughput with its interval (for pipelines: window rates)."""
+        b, a = self.before.throughput_estimate(), self.after.throughput_estimate()
+        if b is None or a is None:
+            return None
+        return Estimate(a.value / b.value, a.lo / b.hi, a.hi / b.lo)
 
     @property
     def speedup(self) -> float:
@@ -118,14 +157,16 @@ class Comparison:
         return self.speed.verdict
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "before": self.before.to_dict(), "after": self.after.to_dict(),
-                "speedup": self.speedup, "within_noise": self.within_noise, "verdict": self.verdict,
-                "device": self.device, "notes": self.notes}
+        est = self.estimate()
+        return {"name": self.name, "kind": self.kind, "before": self.before.to_dict(), "after": self.after.to_dict(),
+                "speedup": self.speedup, "speedup_interval": [est.lo, est.hi], "within_noise": self.within_noise,
+                "noisy": self.speed.noisy, "verdict": self.verdict, "device": self.device, "notes": self.notes}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Comparison:
         return cls(name=d["name"], before=RunResult.from_dict(d["before"]), after=RunResult.from_dict(d["after"]),
-                   device=d.get("device", ""), notes=d.get("notes", []))
+                   device=d.get("device", ""), notes=d.get("notes", []),
+                   kind=d.get("kind", "optimisation") if d.get("kind", "optimisation") in KINDS else "optimisation")
 
     def rows(self) -> list[tuple[str, str, str]]:
         b, a = self.before, self.after
@@ -160,9 +201,11 @@ class Comparison:
         body = "".join(f"<tr><td style='text-align:left'>{e(str(k))}</td><td>{e(str(b))}</td><td>{e(str(a))}</td></tr>"
                        for k, b, a in self.rows())
         color = "#666" if self.within_noise else ("#1a7f37" if self.speedup >= 1 else "#b42318")
+        est = self.estimate()
         notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
         return (f"<div><b>{e(self.name)}</b> on {e(str(self.device))}: "
-                f"<span style='color:{color}'><b>{e(self.verdict)}</b></span>"
+                f"<span style='color:{color}'><b>{e(self.verdict)}</b></span> "
+                f"<small>(interval {est.lo:.3g}x–{est.hi:.3g}x; {e(self.kind)})</small>"
                 f"<table><tr><th></th><th>{e(self.before.label)}</th><th>{e(self.after.label)}</th></tr>{body}</table>"
                 + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
 
@@ -175,7 +218,7 @@ def default_min_time(device: DeviceInfo) -> float:
 def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = None, dtype: str | None = None,
             items: float | None = None, item_name: str = "samples", min_time_s: float | None = None,
             monitor: bool = True, profile: bool = False, device: DeviceInfo | None = None,
-            peaks: MeasuredPeaks | None = None) -> RunResult:
+            peaks: MeasuredPeaks | None = None, pipeline: bool = False) -> RunResult:
     """Time `fn()` under the monitor (and optionally the profiler) and return a RunResult.
 
     Args:
@@ -183,14 +226,15 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
         dtype: the dtype the matmuls run in ("fp32", "tf32", "bf16", "fp16", "fp8"); picks the peak.
         items: samples or tokens per call, for throughput.
         peaks: measured peaks (from `measure_peaks`) for MFU against a measured peak too.
+        pipeline: `fn` pulls from a queue (a DataLoader, a prefetcher): its throughput is items over the
+            wall time of the timed window, not items over the median call, which a bursty queue overstates.
     """
     device = device or get_device()
     if dtype is not None:
         dtype = check_dtype(dtype)
-    if flops is not None and flops <= 0:
-        raise ValueError(f"flops={flops} must be > 0 (or None)")
-    if items is not None and items <= 0:
-        raise ValueError(f"items={items} must be > 0 (or None)")
+    for pname, v in (("flops", flops), ("items", items), ("min_time_s", min_time_s)):
+        if v is not None and (as_number(v) is None or v <= 0):
+            raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None)")
     min_time_s = min_time_s or default_min_time(device)
     fn()  # first call outside the monitor window: compilation and allocation are not steady state
     synchronize()
@@ -205,7 +249,7 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
     return RunResult(label=label or m.label, measurement=m, flops=flops, dtype=dtype,
                      peak_tflops=device.datasheet_tflops(dtype) if dtype else None,
                      measured_peak_tflops=peaks.tflops.get(dtype) if peaks and dtype else None,
-                     items=items, item_name=item_name, trace=trace, profile=prof)
+                     items=items, item_name=item_name, trace=trace, profile=prof, pipeline=pipeline)
 
 
 def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: str,
@@ -215,100 +259,37 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                  items: float | None = None, after_items: float | None = None, item_name: str = "samples",
                  min_time_s: float | None = None, monitor: bool = True, profile: bool = False,
                  device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None,
-                 interleave: bool = True) -> Comparison:
+                 interleave: bool = True, rounds: int = 4, pipeline: bool = False,
+                 kind: str = "optimisation") -> Comparison:
     """Run `before` and `after` through the same harness and compare them.
 
     `flops`, `dtype` and `items` apply to both sides unless an `after_*` value is given (e.g. a bf16 after).
-    `interleave` adds four short alternating rounds (before, after, after, before, ...) to both sides'
-    timings, so that drift between the two windows (clocks, temperature, host load) does not read as a speedup.
+    `interleave` adds `rounds` short alternating rounds (before, after, after, before, ...) to both sides'
+    timings, so that drift between the two windows (clocks, temperature, host load) does not read as a
+    speedup; the spread of the per-round ratios is the speedup's interval.
+    `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches).
     """
     if not name:
         raise ValueError("name must be a non-empty string")
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}; allowed: {', '.join(KINDS)}")
+    for pname, v in (("after_flops", after_flops), ("after_items", after_items)):
+        if v is not None and (as_number(v) is None or v <= 0):
+            raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None: same as the before side)")
+    if not isinstance(rounds, int) or rounds < 0:
+        raise ValueError(f"rounds={rounds!r} must be an int >= 0")
     device = device or get_device()
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
-                  peaks=peaks)
+                  peaks=peaks, pipeline=pipeline)
     b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, **common)
-    a = measure(after, label=after_label, flops=after_flops or flops, dtype=after_dtype or dtype,
-                items=after_items or items, **common)
-    if interleave:
+    a = measure(after, label=after_label, flops=flops if after_flops is None else after_flops,
+                dtype=after_dtype or dtype, items=items if after_items is None else after_items, **common)
+    if interleave and rounds:
         round_s = (min_time_s or default_min_time(device)) / 4
-        for i in range(4):
+        for i in range(rounds):
             sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
             for fn, run in sides:
                 extra = benchmark(fn, min_time_s=round_s, warmup_s=0, device=device.torch_device)
-                run.measurement.times_s.extend(extra.times_s)
+                run.measurement = run.measurement.merged(extra)
                 run.measurement.meta["interleaved_rounds"] = i + 1
-    return Comparison(name=name, before=b, after=a, device=device.name)
-
-
-@dataclass
-class Claim:
-    """A quantitative claim of the guide, its expected range, what we measured, and a verdict.
-
-    The verdict comes out of the measurement: "confirmed" inside [low, high], "refuted" outside,
-    "not tested" when this machine cannot test it (with the reason).
-    """
-
-    text: str
-    low: float | None = None
-    high: float | None = None
-    unit: str = "x"
-    source: str = ""
-    measured: float | None = None
-    verdict: str = "not tested"
-    note: str = ""
-
-    def __post_init__(self):
-        if self.low is None and self.high is None:
-            raise ValueError("a Claim needs low and/or high: the range the claim predicts")
-        if self.low is not None and self.high is not None and self.low > self.high:
-            raise ValueError(f"low={self.low} must be <= high={self.high}")
-
-    @property
-    def expected(self) -> str:
-        u = "" if self.unit in ("x", "%") else f" {self.unit}"
-        sfx = "x" if self.unit == "x" else ("%" if self.unit == "%" else "")
-        if self.low is not None and self.high is not None:
-            return f"{self.low:g}–{self.high:g}{sfx}{u}"
-        return f">= {self.low:g}{sfx}{u}" if self.low is not None else f"<= {self.high:g}{sfx}{u}"
-
-    def check(self, measured: float | None, note: str = "") -> Claim:
-        """Set the measured value and the verdict it implies; returns self for display."""
-        if measured is None or (isinstance(measured, float) and math.isnan(measured)):
-            return self.untestable(note or "no measurement")
-        self.measured = float(measured)
-        ok = (self.low is None or measured >= self.low) and (self.high is None or measured <= self.high)
-        self.verdict = "confirmed" if ok else "refuted"
-        self.note = note
-        return self
-
-    def untestable(self, reason: str) -> Claim:
-        """Mark the claim as not testable here, saying why."""
-        self.measured, self.verdict, self.note = None, "not tested", reason
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "expected": self.expected, "low": self.low, "high": self.high,
-                "unit": self.unit, "measured": self.measured, "verdict": self.verdict, "source": self.source,
-                "note": self.note}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Claim:
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-    def _measured_str(self) -> str:
-        if self.measured is None:
-            return "—"
-        return f"{self.measured:.3g}" + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self.unit}")
-
-    def __repr__(self) -> str:
-        return (f"Claim({self.text!r}: expected {self.expected}, measured {self._measured_str()} -> {self.verdict}"
-                + (f"; {self.note}" if self.note else "") + ")")
-
-    def _repr_html_(self) -> str:
-        color = {"confirmed": "#1a7f37", "refuted": "#b42318"}.get(self.verdict, "#666")
-        e = html.escape
-        return (f"<div>{e(self.source) + ': ' if self.source else ''}<i>“{e(self.text)}”</i> — expected "
-                f"{e(str(self.expected))}, measured {e(self._measured_str())}: "
-                f"<b style='color:{color}'>{self.verdict.upper()}</b>"
-                + (f" <small>({e(self.note)})</small>" if self.note else "") + "</div>")
+    return Comparison(name=name, before=b, after=a, device=device.name, kind=kind)

@@ -295,3 +295,41 @@ def availability(device: DeviceInfo | None = None) -> dict[str, str]:
     with mon:
         time.sleep(0.3)
     return dict(mon.trace.available)
+
+
+GPM_MIN_WINDOW_S = 2.0  # a GPM reading behind a claim covers at least this much back-to-back work
+
+
+def watch(fn: Any, seconds: float = GPM_MIN_WINDOW_S, device: DeviceInfo | None = None,
+          sync_every: int = 20) -> Trace:
+    """Run `fn()` back to back for `seconds` under a Monitor and return its trace.
+
+    The window holds nothing but `fn`'s work (warmed up first, no timing or profiling inside), so whole-window
+    GPM values describe `fn` itself rather than launch gaps between measurements. A sync every `sync_every`
+    calls keeps the queue short, so the window ends when the work does.
+    """
+    import torch
+
+    if not callable(fn):
+        raise ValueError("fn must be callable")
+    if not (isinstance(seconds, (int, float)) and 0 < seconds < float("inf")):
+        raise ValueError(f"seconds={seconds!r} must be a finite number > 0")
+    if not isinstance(sync_every, int) or sync_every < 1:
+        raise ValueError(f"sync_every={sync_every!r} must be an int >= 1")
+    device = device or get_device()
+
+    def sync():
+        if device.is_cuda:
+            torch.cuda.synchronize(device.torch_device)
+
+    fn()
+    sync()
+    with Monitor(device) as mon:
+        t0, i = time.perf_counter(), 0
+        while time.perf_counter() - t0 < seconds:
+            fn()
+            i += 1
+            if i % sync_every == 0:
+                sync()
+        sync()
+    return mon.trace

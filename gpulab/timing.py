@@ -4,9 +4,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import torch
+
+from .claims import Estimate
 
 NOISE_THRESHOLD = 0.10  # IQR over median above this is flagged as noisy, as torch.utils.benchmark does
 
@@ -23,17 +26,29 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
 
 @dataclass
 class Measurement:
-    """Timings of repeated calls of one function, in seconds, with their median and spread."""
+    """Timings of repeated calls of one function, in seconds, with their median and spread.
+
+    A Measurement is a value: its statistics are computed once; `merged` makes a new one.
+    `windows` holds (calls, wall seconds) of each timed window, for the throughput of a pipeline
+    (items over the wall time of the window), which per-call medians overstate when a queue is involved.
+    """
 
     label: str
     times_s: list[float]
     timer: str = "perf_counter"
     warmup_calls: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    windows: list[tuple[int, float]] = field(default_factory=list)
 
     def __post_init__(self):
         if not self.times_s:
             raise ValueError("times_s must hold at least one timing")
+        self.times_s = [float(t) for t in self.times_s]
+        self.windows = [(int(n), float(s)) for n, s in self.windows]
+
+    @cached_property
+    def _quartiles(self) -> tuple[float, float, float]:
+        return quantiles(self.times_s)
 
     @property
     def n(self) -> int:
@@ -41,20 +56,19 @@ class Measurement:
 
     @property
     def median(self) -> float:
-        return quantiles(self.times_s)[1]
+        return self._quartiles[1]
 
     @property
     def q1(self) -> float:
-        return quantiles(self.times_s)[0]
+        return self._quartiles[0]
 
     @property
     def q3(self) -> float:
-        return quantiles(self.times_s)[2]
+        return self._quartiles[2]
 
     @property
     def iqr(self) -> float:
-        q1, _, q3 = quantiles(self.times_s)
-        return q3 - q1
+        return self.q3 - self.q1
 
     @property
     def mean(self) -> float:
@@ -65,12 +79,40 @@ class Measurement:
         """True when the spread (IQR) is over 10% of the median: treat small differences with care."""
         return self.iqr > NOISE_THRESHOLD * self.median
 
+    @property
+    def round_medians(self) -> list[float]:
+        """The median time of each timing round (the first window, then interleaved rounds), if recorded."""
+        return list(self.meta.get("round_medians", []))
+
+    def estimate(self) -> Estimate:
+        """The median with its interquartile range."""
+        return Estimate(self.median, self.q1, self.q3)
+
+    def window_rate(self, items_per_call: float = 1.0) -> Estimate | None:
+        """Items per second over the wall time of the timed windows (all windows pooled), with the spread
+        of the per-window rates as its interval; None when no window was recorded."""
+        wins = [(n, s) for n, s in self.windows if n > 0 and s > 0]
+        if not wins:
+            return None
+        rate = items_per_call * sum(n for n, _ in wins) / sum(s for _, s in wins)
+        rates = [items_per_call * n / s for n, s in wins]
+        return Estimate(rate, min(rates + [rate]), max(rates + [rate]))
+
+    def merged(self, other: Measurement) -> Measurement:
+        """A new Measurement holding both sets of timings and windows (self's label and timer)."""
+        meta = dict(self.meta)
+        meta["round_medians"] = (self.round_medians or [self.median]) + (other.round_medians or [other.median])
+        return Measurement(label=self.label, times_s=self.times_s + other.times_s, timer=self.timer,
+                           warmup_calls=self.warmup_calls, meta=meta, windows=self.windows + other.windows)
+
     def summary(self) -> dict[str, Any]:
-        return {"median_ms": self.median * 1e3, "iqr_ms": self.iqr * 1e3, "n": self.n, "noisy": self.noisy,
-                "timer": self.timer}
+        return {"median_ms": self.median * 1e3, "iqr_ms": self.iqr * 1e3, "q1_ms": self.q1 * 1e3,
+                "q3_ms": self.q3 * 1e3, "n": self.n, "noisy": self.noisy, "timer": self.timer}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"summary": self.summary()}
+        return {"label": self.label, "times_s": self.times_s, "timer": self.timer,
+                "warmup_calls": self.warmup_calls, "meta": self.meta, "windows": [list(w) for w in self.windows],
+                "summary": self.summary()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
@@ -112,9 +154,9 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     """
     if not callable(fn):
         raise ValueError("fn must be callable")
-    if min_time_s <= 0:
-        raise ValueError(f"min_time_s={min_time_s} must be > 0")
-    if warmup_s < 0:
+    if not (isinstance(min_time_s, (int, float)) and min_time_s > 0 and min_time_s != float("inf")):
+        raise ValueError(f"min_time_s={min_time_s!r} must be a finite number > 0")
+    if not (isinstance(warmup_s, (int, float)) and 0 <= warmup_s < float("inf")):
         raise ValueError(f"warmup_s={warmup_s} must be >= 0")
     if min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError(f"min_repeats={min_repeats}, max_repeats={max_repeats}: need 1 <= min_repeats <= max_repeats")
@@ -138,6 +180,8 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     repeats = int(min(max_repeats, max(min_repeats, min_time_s / per_call)))
 
     times: list[float] = []
+    sync()
+    w0 = clock()
     if use_events:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
@@ -152,36 +196,65 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
             t = clock()
             fn()
             times.append(clock() - t)
+    sync()
+    window = (repeats, clock() - w0)
     return Measurement(label=label or getattr(fn, "__name__", "fn"), times_s=times,
-                       timer="cuda events" if use_events else "perf_counter", warmup_calls=warm)
+                       timer="cuda events" if use_events else "perf_counter", warmup_calls=warm, windows=[window])
 
 
 @dataclass
 class Speedup:
-    """How much faster `after` is than `before`, and whether the difference is outside the noise."""
+    """How much faster `after` is than `before`, with the interval its spread allows.
+
+    - within noise: the two sides' interquartile ranges overlap;
+    - noisy: they do not overlap, but one side's spread is over 10% of its median (the ratio is real, its
+      size uncertain);
+    - otherwise a plain "N.NNx faster" or "slower".
+    """
 
     before: str
     after: str
     ratio: float  # before median / after median: > 1 means after is faster
     within_noise: bool
+    lo: float | None = None
+    hi: float | None = None
+    noisy: bool = False
+
+    def estimate(self) -> Estimate:
+        lo = self.ratio if self.lo is None else min(self.lo, self.ratio)
+        hi = self.ratio if self.hi is None else max(self.hi, self.ratio)
+        return Estimate(self.ratio, lo, hi)
 
     @property
     def verdict(self) -> str:
         if self.within_noise:
             return f"within noise ({self.ratio:.2f}x)"
-        return f"{self.ratio:.2f}x faster" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x slower"
+        s = f"{self.ratio:.2f}x faster" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x slower"
+        return f"{s}, noisy (spread over 10%)" if self.noisy else s
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"verdict": self.verdict}
 
     def __repr__(self) -> str:
-        return f"Speedup({self.after!r} vs {self.before!r}: {self.verdict})"
+        return f"Speedup({self.after!r} vs {self.before!r}: {self.verdict} [{self.estimate()!r}])"
+
+
+def speedup_interval(before: Measurement, after: Measurement) -> tuple[float, float]:
+    """Interval of before/after: from paired timing rounds when there are at least three (their spread),
+    otherwise from both sides' quartiles (q1/q3 to q3/q1)."""
+    rb, ra = before.round_medians, after.round_medians
+    ratio = before.median / after.median
+    if len(rb) >= 3 and len(rb) == len(ra):
+        rounds = [b / a for b, a in zip(rb, ra)] + [ratio]
+        return min(rounds), max(rounds)
+    return before.q1 / after.q3, before.q3 / after.q1
 
 
 def compare(before: Measurement, after: Measurement) -> Speedup:
-    """Speed of `after` relative to `before`; 'within noise' when the medians differ by less than the spread."""
+    """Speed of `after` relative to `before`; 'within noise' when the two interquartile ranges overlap."""
     if not isinstance(before, Measurement) or not isinstance(after, Measurement):
         raise ValueError("before and after must be Measurement objects (from benchmark())")
-    spread = max(before.iqr, after.iqr)
-    within = abs(before.median - after.median) <= spread
-    return Speedup(before.label, after.label, before.median / after.median, within)
+    within = before.q1 <= after.q3 and after.q1 <= before.q3
+    lo, hi = speedup_interval(before, after)
+    return Speedup(before.label, after.label, before.median / after.median, within, lo, hi,
+                   noisy=(before.noisy or after.noisy) and not within)

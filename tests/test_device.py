@@ -104,3 +104,29 @@ def test_float32_matmul_precision_restores():
 
 def test_slugify():
     assert slugify("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"
+
+
+def test_measure_peaks_is_measured_once_per_run(tmp_path, monkeypatch, cpu_device):
+    """Inside one course run every notebook reads the same peak: the second call measures nothing."""
+    import gpulab.device as d
+
+    monkeypatch.setenv("GPULAB_RUN_ID", "run-1")
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    d._PEAK_CACHE.clear()
+    first = measure_peaks(cpu_device, size=32, dtypes=("fp32",))
+    assert first.run_id == "run-1" and first.rounds["fp32"]
+    d._PEAK_CACHE.clear()  # a new notebook: a new process
+    monkeypatch.setattr(d, "sustained_matmul_tflops", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-measured")))
+    monkeypatch.setattr(d, "copy_bandwidth_gbs", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-measured")))
+    again = measure_peaks(cpu_device, size=32, dtypes=("fp32",))
+    assert again.tflops == first.tflops and again.copy_gbs == first.copy_gbs
+    monkeypatch.setenv("GPULAB_RUN_ID", "run-2")  # another run measures anew
+    d._PEAK_CACHE.clear()
+    with pytest.raises(AssertionError, match="re-measured"):
+        measure_peaks(cpu_device, size=32, dtypes=("fp32",))
+
+
+@pytest.mark.parametrize("kwargs", [dict(size=float("nan")), dict(size=1.5), dict(size=True), dict(dtypes="fp32")])
+def test_measure_peaks_rejects_bad_sizes_and_a_bare_string(kwargs, cpu_device):
+    with pytest.raises(ValueError, match="size|dtypes"):
+        measure_peaks(cpu_device, **kwargs)

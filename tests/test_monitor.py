@@ -141,3 +141,19 @@ def test_trace_round_trips_and_monitor_rejects_misuse():
         Monitor(FAKE_GPU).stop()
     with pytest.raises(RuntimeError, match="already running"):
         mon.start()
+
+
+def test_watch_covers_the_requested_window_of_back_to_back_work(cpu_device):
+    from gpulab.monitor import watch
+
+    calls = []
+    trace = watch(lambda: calls.append(1), seconds=0.2, device=cpu_device)
+    assert trace.duration_s >= 0.2 and len(calls) > 10
+
+
+@pytest.mark.parametrize("kwargs", [dict(seconds=0), dict(seconds=float("nan")), dict(sync_every=0)])
+def test_watch_rejects_bad_input(kwargs, cpu_device):
+    from gpulab.monitor import watch
+
+    with pytest.raises(ValueError):
+        watch(lambda: None, device=cpu_device, **kwargs)

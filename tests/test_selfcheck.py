@@ -1,4 +1,5 @@
 """`python -m gpulab check` in smoke mode: every claim gets a verdict or a reason, and the file is written."""
+import pytest
 import torch
 
 from gpulab.device import get_device
@@ -11,7 +12,7 @@ def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
     result = run_check(smoke=True)
     assert len(result.claims) == 6
     for c in result.claims:
-        assert c.verdict in ("confirmed", "refuted", "not tested")
+        assert c.verdict in ("confirmed", "refuted", "inconclusive", "not tested")
         if c.verdict == "not tested":
             assert c.note  # says why
     if not torch.cuda.is_available():  # the GPU claims say so on a CPU-only machine
@@ -31,3 +32,22 @@ def test_monitor_overhead_alternates_phases():
     # Phases go off, on, on, off: two of each, `blocks` timings per phase.
     assert off.n == on.n == 4
     assert off.median > 0 and on.median > 0
+
+
+def test_floors_are_fractions_of_this_devices_datasheet():
+    """An H200 at 687 TFLOP/s BF16 passes the floor (60% of 989); a floor of 700 once said "refuted" there."""
+    from gpulab.device import DeviceInfo, MeasuredPeaks, lookup_peaks
+    from gpulab.selfcheck import floor_claims
+
+    h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), peaks=lookup_peaks("NVIDIA H200"))
+    peaks = MeasuredPeaks(device="NVIDIA H200", tflops={"bf16": 687.0}, rounds={"bf16": [658.0, 687.0, 680.0]},
+                          copy_gbs=4250.0)
+    (bf16, v1, _), (copy, v2, _) = floor_claims(h200, peaks, smoke=False)
+    assert bf16.check(v1).verdict == "confirmed" and bf16.low == pytest.approx(0.6 * 989.4)
+    assert copy.check(v2).verdict == "confirmed" and copy.low == pytest.approx(0.7 * 4800)
+    slow = MeasuredPeaks(device="NVIDIA H200", tflops={"bf16": 500.0}, rounds={"bf16": [480.0, 500.0]}, copy_gbs=2000.0)
+    (bf16, v1, _), (copy, v2, _) = floor_claims(h200, slow, smoke=False)
+    assert bf16.check(v1).verdict == "refuted" and copy.check(v2).verdict == "refuted"
+    unknown = DeviceInfo(kind="cuda", name="NVIDIA Future GPU", capability=(12, 0), peaks=None)
+    for claim, value, why in floor_claims(unknown, peaks, smoke=False):
+        assert value is None and "no datasheet entry" in why

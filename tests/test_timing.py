@@ -44,10 +44,64 @@ def test_compare_says_within_noise_when_difference_is_inside_spread():
     b = Measurement("b", [1.02, 1.12, 0.92, 1.07, 0.97])
     s = compare(a, b)
     assert s.within_noise and s.verdict.startswith("within noise")
+    steady = Measurement("steady", [1.0, 1.01, 0.99, 1.0])
     fast = Measurement("fast", [0.5, 0.51, 0.49, 0.5])
-    s2 = compare(a, fast)
+    s2 = compare(steady, fast)
     assert not s2.within_noise and s2.ratio == pytest.approx(2.0) and s2.verdict == "2.00x faster"
-    assert compare(fast, a).verdict == "2.00x slower"
+    assert compare(fast, steady).verdict == "2.00x slower"
+
+
+def test_a_large_ratio_with_a_wide_spread_is_noisy_not_within_noise():
+    # The CPU case that once printed "within noise (94.25x)": the sides' spreads do not overlap.
+    slow = Measurement("slow", [0.05, 0.5, 0.94, 1.5, 3.0])
+    quick = Measurement("quick", [0.0099, 0.01, 0.0101, 0.01])
+    s = compare(slow, quick)
+    assert not s.within_noise and s.noisy and "noisy" in s.verdict and "94.00x faster" in s.verdict
+    lo, hi = s.estimate().interval
+    assert lo < s.ratio < hi
+
+
+def test_within_noise_needs_overlapping_spreads():
+    a = Measurement("a", [1.0, 1.02, 0.98, 1.01, 0.99])
+    b = Measurement("b", [0.97, 0.98, 0.96, 0.975])  # medians 2.5% apart, IQRs do not overlap
+    assert not compare(a, b).within_noise
+    c = Measurement("c", [0.99, 1.0, 0.98, 1.01])
+    assert compare(a, c).within_noise
+
+
+def test_speedup_interval_from_paired_rounds():
+    b = Measurement("b", [1.0] * 5, meta={"round_medians": [1.0, 1.1, 0.9, 1.0]})
+    a = Measurement("a", [0.5] * 5, meta={"round_medians": [0.5, 0.5, 0.5, 0.5]})
+    s = compare(b, a)
+    assert s.estimate().interval == pytest.approx((1.8, 2.2))
+
+
+def test_merged_measurement_is_a_new_value():
+    m1 = Measurement("x", [1.0, 2.0, 3.0], windows=[(3, 6.0)])
+    m2 = Measurement("x", [4.0, 5.0], windows=[(2, 9.0)])
+    m = m1.merged(m2)
+    assert m1.times_s == [1.0, 2.0, 3.0] and m1.median == 2.0  # unchanged
+    assert m.times_s == [1.0, 2.0, 3.0, 4.0, 5.0] and m.median == 3.0 and m.round_medians == [2.0, 4.5]
+    assert m.windows == [(3, 6.0), (2, 9.0)]
+
+
+def test_pipeline_throughput_is_items_over_the_window_not_over_the_median_call():
+    # A bursty producer: 3 of 4 batches are ready at once (1 ms), every 4th waits 100 ms for a worker.
+    clock = {"t": 0.0}
+    calls = {"n": 0}
+
+    def fake_clock():
+        return clock["t"]
+
+    def next_batch():
+        calls["n"] += 1
+        clock["t"] += 0.100 if calls["n"] % 4 == 0 else 0.001
+
+    m = benchmark(next_batch, min_time_s=2.0, warmup_s=0, min_repeats=40, max_repeats=400, clock=fake_clock)
+    per_median = 1 / m.median                    # 1000 batches/s: what the median call suggests
+    rate = m.window_rate(1.0)
+    assert per_median == pytest.approx(1000, rel=0.01)
+    assert rate.value == pytest.approx(4 / 0.103, rel=0.05)  # about 39 batches/s: what the pipeline delivers
 
 
 def test_measurement_round_trips_through_dict():
@@ -58,6 +112,8 @@ def test_measurement_round_trips_through_dict():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"min_time_s": 0}, "min_time_s"), ({"min_time_s": -1}, "min_time_s"), ({"warmup_s": -1}, "warmup_s"),
+    ({"min_time_s": float("nan")}, "min_time_s"), ({"min_time_s": float("inf")}, "min_time_s"),
+    ({"warmup_s": float("nan")}, "warmup_s"),
     ({"min_repeats": 0}, "min_repeats"), ({"min_repeats": 5, "max_repeats": 2}, "max_repeats")])
 def test_benchmark_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):

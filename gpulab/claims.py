@@ -1,0 +1,279 @@
+"""Claims of the guide and their verdicts: a measured value with its interval, judged against a claimed band.
+
+A verdict stands on the interval, not the median:
+- confirmed: the whole interval lies inside the claimed band;
+- refuted: the whole interval lies outside it ("higher than claimed" or "lower than claimed");
+- inconclusive: the interval straddles a band edge;
+- not comparable: the claim's number belongs to another system; our proxy is shown beside it;
+- not tested: this run could not measure it (the reason is kept).
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+VERDICTS = ("confirmed", "refuted", "inconclusive", "not comparable", "not tested")
+EVIDENCE = ("measured", "arithmetic", "datasheet", "definition")
+
+
+def as_number(x: Any) -> float | None:
+    """A finite float from a Python number, numpy scalar or one-element tensor; None for NaN, inf or None."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        if hasattr(x, "numel") and x.numel() != 1:  # a tensor of several values is no single measurement
+            return None
+        v = float(x.item()) if hasattr(x, "item") else float(x)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A measured value and the interval [lo, hi] its spread allows."""
+
+    value: float
+    lo: float
+    hi: float
+
+    def __post_init__(self):
+        for name in ("value", "lo", "hi"):
+            if as_number(getattr(self, name)) is None:
+                raise ValueError(f"Estimate.{name}={getattr(self, name)!r} must be a finite number")
+        if self.lo > self.hi:
+            raise ValueError(f"Estimate: lo={self.lo} must be <= hi={self.hi}")
+
+    @classmethod
+    def exact(cls, value: float) -> Estimate:
+        """A value without spread: a count, a definition or arithmetic."""
+        return cls(value, value, value)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return (self.lo, self.hi)
+
+    @property
+    def width(self) -> float:
+        return self.hi - self.lo
+
+    def map(self, f: Callable[[float], float]) -> Estimate:
+        """Apply a monotone function (increasing or decreasing) to the value and both ends."""
+        a, b = f(self.lo), f(self.hi)
+        return Estimate(f(self.value), min(a, b), max(a, b))
+
+    def __repr__(self) -> str:
+        return f"{self.value:.4g} [{self.lo:.4g}, {self.hi:.4g}]"
+
+
+def estimate_of(x: Any) -> Estimate | None:
+    """The Estimate behind `x`: an Estimate, anything with `.estimate` (Comparison, Speedup, Measurement),
+    a (value, (lo, hi)) pair, or a bare number (zero width). None when it holds no finite number."""
+    if x is None:
+        return None
+    if isinstance(x, Estimate):
+        return x
+    est = getattr(x, "estimate", None)
+    if est is not None and not isinstance(x, (int, float)):
+        return est() if callable(est) else est
+    if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], (tuple, list)):
+        v, (lo, hi) = x[0], x[1]
+        nums = [as_number(v), as_number(lo), as_number(hi)]
+        if any(n is None for n in nums):
+            return None
+        return Estimate(nums[0], min(nums[1], nums[2]), max(nums[1], nums[2]))
+    v = as_number(x)
+    return None if v is None else Estimate.exact(v)
+
+
+def interval_of(x: Any) -> tuple[float, float] | None:
+    """(lo, hi) of a measurement, comparison, speedup or estimate; None when there is none."""
+    e = estimate_of(x)
+    return e.interval if e else None
+
+
+def judge(interval: tuple[float, float], low: float | None, high: float | None) -> tuple[str, str | None]:
+    """(verdict, side) of an interval against the band [low, high] (either end may be open)."""
+    lo, hi = interval
+    if (low is None or lo >= low) and (high is None or hi <= high):
+        return "confirmed", None
+    if high is not None and lo > high:
+        return "refuted", "higher"
+    if low is not None and hi < low:
+        return "refuted", "lower"
+    return "inconclusive", None
+
+
+@dataclass
+class Claim:
+    """A quantitative claim of the guide, the band it predicts, what we measured and the verdict.
+
+    `evidence` says what kind of check it is: "measured" (timed or read off the device in this run),
+    "arithmetic" (a formula evaluated), "datasheet" (a lookup in the peak table), "definition" (a fact
+    about a format or an API). Only "measured" verdicts count as measured confirmations or refutations.
+    """
+
+    text: str
+    low: float | None = None
+    high: float | None = None
+    unit: str = "x"
+    source: str = ""
+    evidence: str = "measured"
+    measured: float | None = None
+    interval: tuple[float, float] | None = None
+    verdict: str = "not tested"
+    side: str | None = None
+    note: str = ""
+    measurement: str | None = None  # an id shared by claims that reuse one measurement
+
+    def __post_init__(self):
+        for name in ("low", "high"):
+            v = getattr(self, name)
+            if v is not None and as_number(v) is None:
+                raise ValueError(f"Claim {name}={v!r} must be a finite number or None")
+        if self.low is None and self.high is None:
+            raise ValueError("a Claim needs low and/or high: the range the claim predicts")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low={self.low} must be <= high={self.high}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"evidence={self.evidence!r}; allowed: {', '.join(EVIDENCE)}")
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict={self.verdict!r}; allowed: {', '.join(VERDICTS)}")
+        if self.interval is not None:
+            self.interval = (float(self.interval[0]), float(self.interval[1]))
+
+    @property
+    def expected(self) -> str:
+        u = "" if self.unit in ("x", "%") else f" {self.unit}"
+        sfx = "x" if self.unit == "x" else ("%" if self.unit == "%" else "")
+        if self.low is not None and self.high is not None:
+            if self.low == self.high:
+                return f"{self.low:g}{sfx}{u}"
+            return f"{self.low:g}–{self.high:g}{sfx}{u}"
+        return f">= {self.low:g}{sfx}{u}" if self.low is not None else f"<= {self.high:g}{sfx}{u}"
+
+    def check(self, measured: Any, note: str = "", *, interval: tuple[float, float] | None = None,
+              measurement: str | None = None) -> Claim:
+        """Judge the claim on `measured` and its interval; returns self for display.
+
+        `measured` may be a number (with `interval=`, or exact for counts and arithmetic), an `Estimate`,
+        or a Comparison / Speedup / Measurement, whose interval comes from their spread.
+        NaN, inf, None or a non-scalar gives "not tested", never a verdict.
+        """
+        est = estimate_of(measured if interval is None else (measured, interval))
+        if est is None:
+            return self.untestable(note or "no finite measurement")
+        if not est.lo <= est.value <= est.hi:
+            raise ValueError(f"interval {est.interval} does not contain the measured value {est.value}")
+        self.measured, self.interval = est.value, est.interval
+        self.verdict, self.side = judge(est.interval, self.low, self.high)
+        self.note, self.measurement = note, measurement
+        return self
+
+    def not_comparable(self, proxy: Any = None, reason: str = "", *, measurement: str | None = None) -> Claim:
+        """The claim's number belongs to another system: show our proxy beside it, judge nothing."""
+        if not reason:
+            raise ValueError("not_comparable needs a reason: which system the claim's number belongs to")
+        est = estimate_of(proxy)
+        self.measured = est.value if est else None
+        self.interval = est.interval if est else None
+        self.verdict, self.side, self.note, self.measurement = "not comparable", None, reason, measurement
+        return self
+
+    def untestable(self, reason: str) -> Claim:
+        """Mark the claim as not testable here, saying why."""
+        if not reason:
+            raise ValueError("untestable needs a reason")
+        self.measured, self.interval, self.verdict, self.side, self.note = None, None, "not tested", None, reason
+        return self
+
+    @property
+    def label(self) -> str:
+        """The verdict as a reader should see it ("refuted: higher than claimed")."""
+        if self.verdict == "refuted" and self.side:
+            return f"refuted: {self.side} than claimed"
+        return self.verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "expected": self.expected, "low": self.low, "high": self.high,
+                "unit": self.unit, "measured": self.measured,
+                "interval": list(self.interval) if self.interval else None, "verdict": self.verdict,
+                "side": self.side, "evidence": self.evidence, "source": self.source, "note": self.note,
+                "measurement": self.measurement}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Claim:
+        kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        if kw.get("interval") is not None:
+            kw["interval"] = tuple(kw["interval"])
+        if kw.get("verdict") not in VERDICTS:  # an older file: keep it readable
+            kw.pop("verdict", None)
+        return cls(**kw)
+
+    def _fmt(self, v: float) -> str:
+        return f"{v:.3g}" + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self.unit}")
+
+    def _measured_str(self) -> str:
+        if self.measured is None:
+            return "—"
+        s = self._fmt(self.measured)
+        if self.interval and self.interval[0] != self.interval[1]:
+            s += f" [{self.interval[0]:.3g}, {self.interval[1]:.3g}]"
+        return s
+
+    def __repr__(self) -> str:
+        return (f"Claim({self.text!r}: expected {self.expected}, measured {self._measured_str()} -> {self.label}"
+                + f" ({self.evidence})" + (f"; {self.note}" if self.note else "") + ")")
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        return (f"<div>{e(self.source) + ': ' if self.source else ''}<i>“{e(self.text)}”</i> — expected "
+                f"{e(self.expected)}, measured {e(self._measured_str())}: "
+                f"<b style='color:{_COLORS.get(self.verdict, '#666')}'>{e(self.label.upper())}</b>"
+                f" <small>[{e(self.evidence)}]</small>"
+                + (f" <small>({e(self.note)})</small>" if self.note else "") + "</div>")
+
+
+_COLORS = {"confirmed": "#1a7f37", "refuted": "#b42318", "inconclusive": "#b35900", "not comparable": "#1f4e99"}
+
+
+def claims_table_html(claims: list[Claim] | list[dict[str, Any]], title: str = "") -> str:
+    """Every claim of a lesson in one table: the claim, its band, what we measured and the verdict."""
+    e = html.escape
+    rows = []
+    for c in claims:
+        c = c if isinstance(c, Claim) else Claim.from_dict(c)
+        rows.append(f"<tr><td style='text-align:left'>{e(c.source)}</td><td style='text-align:left'>{e(c.text)}</td>"
+                    f"<td>{e(c.expected)}</td><td>{e(c._measured_str())}</td>"
+                    f"<td style='color:{_COLORS.get(c.verdict, '#666')}'><b>{e(c.label)}</b></td>"
+                    f"<td>{e(c.evidence)}</td><td style='text-align:left'><small>{e(c.note)}</small></td></tr>")
+    head = ("<tr><th>source</th><th>claim</th><th>claimed</th><th>measured [interval]</th><th>verdict</th>"
+            "<th>evidence</th><th>why / how</th></tr>")
+    return (f"<b>{e(title)}</b>" if title else "") + f"<table>{head}{''.join(rows)}</table>"
+
+
+def count_verdicts(claims: list[dict[str, Any]]) -> dict[str, int]:
+    """Verdicts by kind, counting a measurement shared by several claims once (its first claim's verdict).
+
+    Keys: confirmed, refuted_higher, refuted_lower, inconclusive, not comparable, not tested, and
+    not_measured (confirmed or refuted by arithmetic, datasheet or definition, counted apart).
+    """
+    out = {k: 0 for k in ("confirmed", "refuted_higher", "refuted_lower", "inconclusive", "not comparable",
+                          "not tested", "not_measured")}
+    seen: set[str] = set()
+    for c in claims:
+        mid = c.get("measurement")
+        if mid:
+            if mid in seen:
+                continue
+            seen.add(mid)
+        v = c.get("verdict", "not tested")
+        if v in ("confirmed", "refuted") and c.get("evidence", "measured") != "measured":
+            out["not_measured"] += 1
+        elif v == "refuted":
+            out["refuted_higher" if c.get("side") == "higher" else "refuted_lower"] += 1
+        elif v in out:
+            out[v] += 1
+    return out

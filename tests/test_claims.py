@@ -1,0 +1,115 @@
+"""Verdicts from intervals: the five outcomes, NaN in every form, the evidence kinds and the counting."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gpulab.claims import Claim, Estimate, count_verdicts, estimate_of, judge
+from gpulab.experiment import Comparison, RunResult
+from gpulab.timing import Measurement
+
+
+@pytest.mark.parametrize("interval, verdict, side", [
+    ((2.2, 2.8), "confirmed", None),            # wholly inside
+    ((2.0, 3.0), "confirmed", None),            # inside, edges included
+    ((3.1, 3.5), "refuted", "higher"),          # wholly above: the technique beats the claim
+    ((1.2, 1.9), "refuted", "lower"),           # wholly below
+    ((1.8, 2.4), "inconclusive", None),         # straddles the low edge
+    ((2.9, 3.3), "inconclusive", None),         # straddles the high edge
+    ((1.0, 4.0), "inconclusive", None),         # too noisy to decide: covers the whole band and more
+])
+def test_five_verdicts_come_from_the_interval(interval, verdict, side):
+    mid = sum(interval) / 2
+    c = Claim("BF16 is 2-3x faster", low=2, high=3).check(mid, interval=interval)
+    assert (c.verdict, c.side) == (verdict, side)
+    assert c.interval == interval
+
+
+def test_a_median_inside_the_band_with_a_straddling_interval_is_not_confirmed():
+    c = Claim("at least 45% MFU", low=45, unit="%").check(46, interval=(44.5, 47))
+    assert c.verdict == "inconclusive"
+
+
+def test_open_bands():
+    assert judge((50, 60), 45, None) == ("confirmed", None)
+    assert judge((40, 44), 45, None) == ("refuted", "lower")
+    assert judge((0, 5), None, 10) == ("confirmed", None)
+    assert judge((11, 12), None, 10) == ("refuted", "higher")
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), -float("inf"), np.float64("nan"),
+                                 np.float32("nan"), torch.tensor(float("nan")), torch.tensor([1.0, 2.0]),
+                                 "fast", (float("nan"), (1, 2)), (1.0, (float("nan"), 2.0))])
+def test_nan_in_every_form_is_not_tested(bad):
+    c = Claim("x", low=1, high=2).check(bad)
+    assert c.verdict == "not tested" and c.measured is None and c.note
+
+
+def test_numpy_and_tensor_scalars_are_measurements():
+    assert Claim("x", low=1, high=2).check(np.float32(1.5)).verdict == "confirmed"
+    assert Claim("x", low=1, high=2).check(torch.tensor(2.5)).verdict == "refuted"
+
+
+@pytest.mark.parametrize("kwargs", [dict(low=float("nan")), dict(high=float("inf")), dict(low=3, high=2), {},
+                                    dict(low=1, evidence="hearsay")])
+def test_bad_claims_are_value_errors(kwargs):
+    with pytest.raises(ValueError):
+        Claim("x", **kwargs)
+
+
+def test_interval_must_contain_the_value():
+    with pytest.raises(ValueError, match="does not contain"):
+        Claim("x", low=1).check(5, interval=(1, 2))
+
+
+def test_a_comparison_carries_its_interval_into_the_claim():
+    b = RunResult("b", Measurement("b", [1.0, 1.01, 0.99, 1.0]))
+    a = RunResult("a", Measurement("a", [0.5, 0.51, 0.49, 0.5]))
+    cmp = Comparison("x", b, a)
+    c = Claim("2x faster", low=1.9, high=2.1).check(cmp)
+    lo, hi = c.interval
+    assert c.measured == pytest.approx(2.0) and lo < 2.0 < hi and c.verdict == "confirmed"
+    assert estimate_of(cmp).map(lambda r: (r - 1) * 100).value == pytest.approx(100)
+
+
+def test_not_comparable_shows_the_proxy_and_judges_nothing():
+    c = Claim("8xA100 VLM: 95% utilization", low=90, unit="%").not_comparable(98.0, "an 8xA100 vision model")
+    assert c.verdict == "not comparable" and c.measured == 98.0 and "8xA100" in c.note
+    with pytest.raises(ValueError):
+        Claim("x", low=1).not_comparable(1.0, "")
+
+
+def test_round_trip_keeps_every_field():
+    c = Claim("x", low=1, high=2, evidence="arithmetic", source="§1").check(3, interval=(2.5, 3.5),
+                                                                           measurement="m1")
+    d = c.to_dict()
+    assert {"measured", "interval", "low", "high", "verdict", "side", "evidence", "measurement"} <= set(d)
+    back = Claim.from_dict(d)
+    assert back.to_dict() == d and back.label == "refuted: higher than claimed"
+
+
+def test_old_files_still_load():
+    back = Claim.from_dict({"text": "x", "low": 1, "high": 2, "verdict": "within noise", "measured": 1.5})
+    assert back.verdict == "not tested"
+
+
+def test_counts_by_kind_count_a_shared_measurement_once():
+    claims = [Claim("a", low=1).check(2, measurement="peak").to_dict(),
+              Claim("b", low=1).check(2, measurement="peak").to_dict(),     # same measurement: once
+              Claim("c", high=1).check(2).to_dict(),
+              Claim("d", low=3).check(2).to_dict(),
+              Claim("e", low=1, high=3).check(2, interval=(0, 4)).to_dict(),
+              Claim("f", low=0, high=0, evidence="definition").check(0).to_dict(),
+              Claim("g", low=1).untestable("no GPU").to_dict(),
+              Claim("h", low=1).not_comparable(5, "another GPU").to_dict()]
+    n = count_verdicts(claims)
+    assert n == {"confirmed": 1, "refuted_higher": 1, "refuted_lower": 1, "inconclusive": 1,
+                 "not comparable": 1, "not tested": 1, "not_measured": 1}
+
+
+def test_estimate_rejects_nan_and_maps_monotone_functions():
+    with pytest.raises(ValueError):
+        Estimate(math.nan, 0, 1)
+    e = Estimate(2.0, 1.5, 2.5).map(lambda x: 1 / x)
+    assert e.lo == pytest.approx(0.4) and e.hi == pytest.approx(1 / 1.5)
