@@ -5,26 +5,39 @@
     m = gl.benchmark(lambda: a @ b)            # median and IQR, CUDA events on a GPU
     with gl.Monitor() as mon: train()          # NVML + GPM utilization timeline
     cmp = gl.before_after(slow, fast, name="bf16", flops=f, dtype="bf16")
+    with gl.track(flops_per_step=f, dtype="bf16") as t: ... t.step()   # MFU per step, no sync
 """
-from . import flops, plots, widgets
+from . import flops
 from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
 from .claims import Claim, Estimate, claims_table_html, interval_of
 from .experiment import Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
 from .monitor import Monitor, Trace, watch
 from .params import check_params
-from .profiling import find_syncs, profile
+from .profiling import find_syncs, nvtx_range, profile
 from .results import NotebookResult, load_reference, load_result, reference_view
 from .timing import Measurement, benchmark, compare
+from .tracker import StepTracker, track
+from .traces import step_memory, time_breakdown
 
 __all__ = [
     "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
     "Measurement", "benchmark", "compare",
     "flops", "count_flops", "mfu",
     "Monitor", "Trace", "watch",
-    "profile", "find_syncs",
+    "profile", "find_syncs", "nvtx_range", "time_breakdown", "step_memory",
+    "track", "StepTracker",
     "Claim", "Estimate", "interval_of", "claims_table_html", "Comparison", "RunResult", "before_after", "measure",
     "NotebookResult", "load_result", "load_reference", "reference_view", "check_params",
     "plots", "widgets",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """Display modules load on first use: `import gpulab` stays free of matplotlib.pyplot and ipywidgets."""
+    if name in ("plots", "widgets"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'gpulab' has no attribute {name!r}")

@@ -1,4 +1,14 @@
-"""Batch size: find the largest one that fits (and the fastest), and check gradient accumulation is exact."""
+"""Batch size: find the largest one that fits (and the fastest), time a GPT step at any size, check gradient
+accumulation is exact, and read the sweep the way the guide does (its sweet spot, 80% of the maximum).
+
+    step = GPTTrainStep(GPTConfig.gpt2_small(), seq_len=1024, device=dev, amp_dtype=torch.bfloat16)
+    step(64)                      # one optimizer step on 64 sequences
+    step(64, accum=4)             # the same 64 sequences as 4 micro-batches of 16, one optimizer step
+    rows, runs = batch_sweep(step, [1, 2, 4, 8, 16, 32, 64])     # throughput, MFU, utilization, peak memory
+
+The step draws random token ids on the device (never zeros): there is no loader and no queue, so a step's
+throughput is items over its median time.
+"""
 from __future__ import annotations
 
 import copy
@@ -7,12 +17,17 @@ import html
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from .dataloading import as_torch_device, synchronize
+from .claims import Estimate
+from .dataloading import _check_int, as_torch_device, synchronize
+from .device import get_device
+from .experiment import RunResult, measure
+from .flops import transformer_flops_per_token
+from .workloads import GPT, GPTConfig
 
 
 _TORCH_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
@@ -249,3 +264,198 @@ def grad_accumulation_matches(model_fn: Callable[[], torch.nn.Module], x: torch.
             "dtype": str(next(big.parameters()).dtype).removeprefix("torch."),
             "max_abs_diff": diff.abs().max().item(), "max_abs_grad": ref_all.abs().max().item(),
             "rel_diff": rel, "matches": rel <= rtol}
+
+
+# ---------------------------------------------------------------- a GPT step at any batch size
+
+class GPTTrainStep:
+    """One GPT training step at any batch size: `step(b)` trains on b random sequences of `seq_len` tokens.
+
+    `step(b, accum=k)` splits the b sequences into k micro-batches of b/k, backpropagates each loss / k
+    (gradients add up to those of the mean loss over all b) and takes one AdamW step. Gradients are
+    released (set to None) at the start and end, so between steps only weights and AdamW state stay.
+    """
+
+    def __init__(self, config: GPTConfig, seq_len: int | None = None, device: Any = None, *,
+                 amp_dtype: torch.dtype | None = None, lr: float = 3e-4, seed: int = 0):
+        self.config = config
+        self.seq_len = seq_len or config.block_size
+        if not 1 <= self.seq_len <= config.block_size:
+            raise ValueError(f"seq_len={seq_len} must be in 1..block_size ({config.block_size})")
+        self.device = as_torch_device(device)
+        self.amp_dtype = amp_dtype
+        torch.manual_seed(seed)
+        self.model = GPT(config, attn="sdpa").to(self.device)
+        cuda = self.device.type == "cuda"
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, **({"fused": True} if cuda else {}))
+        self._gen = torch.Generator(device=self.device).manual_seed(seed)
+
+    @property
+    def n_params(self) -> int:
+        return self.model.num_params()
+
+    def flops_per_sequence(self) -> float:
+        """Training FLOPs of one sequence: (6N + 12·L·H·Q·T) per token × T tokens (nanoGPT/PaLM)."""
+        c = self.config
+        return transformer_flops_per_token(self.n_params, c.n_layer, c.n_head, c.n_embd // c.n_head,
+                                           self.seq_len) * self.seq_len
+
+    def batch(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """b random sequences (token ids, the targets shifted by one), made on the device."""
+        ids = torch.randint(self.config.vocab_size, (b, self.seq_len + 1), device=self.device, generator=self._gen)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    def __call__(self, b: int, accum: int = 1) -> None:
+        _check_int("batch size", b, 1)
+        _check_int("accum", accum, 1)
+        if b % accum:
+            raise ValueError(f"accum={accum} must divide the batch size {b}")
+        self.opt.zero_grad(set_to_none=True)
+        for _ in range(accum):
+            x, y = self.batch(b // accum)
+            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
+                                enabled=self.amp_dtype is not None):
+                _, loss = self.model(x, y)
+            (loss / accum).backward()
+            del x, y, loss
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def close(self) -> None:
+        """Drop the model and optimizer (and, on CUDA, return their memory to the driver)."""
+        self.model = self.opt = None  # type: ignore[assignment]
+        _release(self.device)
+
+
+def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | None = None,
+                             bytes_per_value: int = 4) -> int:
+    """A rough estimate of a GPT training step's memory, for a *simulated* device limit on a CPU.
+
+    Weights, gradients and the two AdamW moments: 16 bytes per parameter (FP32). Activations kept for the
+    backward pass: about 16·d values per layer per token (layer-norm, attention and MLP inputs/outputs) plus
+    2·vocab per token (logits and their softmax), `bytes_per_value` each. Real use differs by the kernels
+    and the allocator; on a GPU measure it (torch.cuda.max_memory_allocated) instead.
+    """
+    _check_int("batch_size", batch_size, 1)
+    t = seq_len or config.block_size
+    d, L, V = config.n_embd, config.n_layer, config.vocab_size
+    params = V * d + config.block_size * d + L * 12 * d * d
+    per_token = 16 * d * L + 2 * V
+    return 16 * params + batch_size * t * per_token * bytes_per_value
+
+
+def batch_sweep(step: GPTTrainStep, batch_sizes: Sequence[int], *, dtype: str | None = None,
+                min_time_s: float | None = None, device: Any = None, progress: bool = True
+                ) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
+    """Each batch size through `gl.measure`: time, tokens/s, MFU, NVML/GPM utilization; peak memory on CUDA.
+
+    A batch size that runs out of memory (near the limit, the allocator's fragmentation can differ from the
+    search's) gets a row with oom=True and the sweep goes on. Returns the table rows (JSON-able) and the
+    RunResults by batch size (with their monitor traces).
+    """
+    dev_info = device if hasattr(device, "is_cuda") else get_device()
+    cuda = step.device.type == "cuda"
+    rows, runs = [], {}
+    for b in tqdm(list(dict.fromkeys(batch_sizes)), desc="batch sizes", disable=not progress):
+        if cuda:
+            synchronize(step.device)
+            torch.cuda.reset_peak_memory_stats(step.device)
+        run, error = None, None
+        try:
+            run = measure(lambda: step(b), label=f"batch {b}", flops=step.flops_per_sequence() * b, dtype=dtype,
+                          items=b * step.seq_len, item_name="tokens", min_time_s=min_time_s, device=dev_info)
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
+            error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        if run is None:  # out of the except block: the failed step's tensors can be freed now
+            _release(step.device)
+            rows.append(dict(batch_size=b, oom=True, error=error, step_ms=None, tokens_per_s=None,
+                             samples_per_s=None, tflops=None, mfu=None, nvml_util=None, gpm_sm_active=None,
+                             gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None, noisy=None))
+            continue
+        peak = torch.cuda.max_memory_allocated(step.device) / 1e9 if cuda else None
+        runs[b] = run
+        rows.append(dict(batch_size=b, oom=False, error=None, step_ms=run.seconds * 1e3,
+                         tokens_per_s=run.throughput, samples_per_s=run.throughput / step.seq_len,
+                         tflops=run.tflops, mfu=run.mfu, nvml_util=run.metric("nvml_util"),
+                         gpm_sm_active=run.metric("gpm_sm_active"), gpm_tensor_active=run.metric("gpm_tensor_active"),
+                         cpu_percent=run.metric("cpu_percent"), peak_mem_gb=peak, noisy=run.measurement.noisy))
+    return rows, runs
+
+
+def peak_memory_gb(fn: Callable[[], Any], device: Any = None) -> float | None:
+    """Peak GPU memory allocated while `fn()` runs once, in GB (None off CUDA: no allocator to ask)."""
+    dev = as_torch_device(device)
+    if dev.type != "cuda":
+        fn()
+        return None
+    synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    fn()
+    synchronize(dev)
+    return torch.cuda.max_memory_allocated(dev) / 1e9
+
+
+def column(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0) -> list[float | None]:
+    """One column of a table of rows, scaled (None stays None): for plots."""
+    return [None if r.get(key) is None else r[key] * scale for r in rows]
+
+
+def row_for(rows: Sequence[dict[str, Any]], key: str, value: Any) -> dict[str, Any] | None:
+    """The first row whose `key` equals `value`, or None."""
+    return next((r for r in rows if r.get(key) == value), None)
+
+
+# ---------------------------------------------------------------- reading a sweep with its spread
+
+def trace_estimate(run: RunResult | None, metric: str) -> Estimate | None:
+    """A monitored run's mean of `metric` (NVML utilization, ...) with the quartiles of its samples as the
+    interval; exact for a single or whole-window reading; None when the metric was not recorded."""
+    from .timing import quantiles
+
+    trace = run.trace if run is not None else None
+    mean = trace.mean(metric) if trace else None
+    if mean is None:
+        return None
+    vals = trace.values(metric)
+    if metric in trace.window or len(vals) < 2:
+        return Estimate.exact(mean)
+    q1, _, q3 = quantiles(vals)
+    return Estimate(mean, min(q1, mean), max(q3, mean))
+
+
+def difference(a: Estimate | None, b: Estimate | None) -> Estimate | None:
+    """a - b with the widest interval the two allow; None if either is missing."""
+    if a is None or b is None:
+        return None
+    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
+
+
+def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: dict[int, float]) -> Estimate | None:
+    """The batch size past which a bigger batch buys relatively less throughput than it costs in memory.
+
+    The guide's table (§6.2) marks 32 as the sweet spot: 8 -> 16 -> 32 each raise throughput by more (1.83x,
+    1.73x) than memory (1.5x, 1.56x); 32 -> 64 raises it by less (1.26x for 1.61x the memory). So, over the
+    sizes in order, the sweet spot is the first size whose next step gains a smaller factor of throughput
+    than of memory (the largest size if none does). The interval comes from the throughput intervals: the
+    earliest size whose step *could* gain less, to the first whose step *surely* does. Memory (the
+    allocator's peak) is taken as exact.
+    """
+    xs = [b for b in sorted(set(sizes)) if b in throughput and memory.get(b)]
+    if not xs:
+        return None
+    point = could = sure = None
+    for b, nxt in zip(xs, xs[1:]):
+        t0, t1 = throughput[b], throughput[nxt]
+        mem_gain = memory[nxt] / memory[b]
+        if point is None and t1.value / t0.value < mem_gain:
+            point = b
+        if could is None and t1.lo / t0.hi < mem_gain:
+            could = b
+        if sure is None and t1.hi / t0.lo < mem_gain:
+            sure = b
+    last = xs[-1]
+    point, could, sure = (last if v is None else v for v in (point, could, sure))
+    return Estimate(point, min(could, point), max(sure, point))
+

@@ -277,3 +277,28 @@ def count_verdicts(claims: list[dict[str, Any]]) -> dict[str, int]:
         elif v in out:
             out[v] += 1
     return out
+
+
+def agreement(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """How two runs' verdicts agree, claim by claim (matched by notebook and claim text).
+
+    `a` and `b` map a notebook name to its claims (result JSON dicts). Returns the number of claims in
+    both, the share with the same verdict, and the claims confirmed in one run and refuted in the other.
+    """
+    same, both, flips, changed = 0, 0, [], []
+    for nb in sorted(set(a) & set(b)):
+        mine = {c["text"]: c for c in a[nb]}
+        for c in b[nb]:
+            other = mine.get(c["text"])
+            if other is None:
+                continue
+            both += 1
+            va, vb = other.get("verdict"), c.get("verdict")
+            if va == vb and (va != "refuted" or other.get("side") == c.get("side")):
+                same += 1
+                continue
+            changed.append((nb, c["text"], va, vb))
+            if {va, vb} == {"confirmed", "refuted"}:
+                flips.append((nb, c["text"], va, vb))
+    return {"claims": both, "same": same, "share_same": same / both if both else None,
+            "confirmed_vs_refuted": flips, "changed": changed}

@@ -33,7 +33,7 @@ MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagrap
 SUBPROCESS_MODES = ("eager", "cuda-graph") + MODES  # what time_mode_in_subprocess accepts
 _RESULT_TAG = "GPULAB_MODE_RESULT "
 
-__all__ = ["MODES", "SUBPROCESS_MODES", "add_relu_mul", "gelu_tanh", "compiler_available", "CompileResult",
+__all__ = ["MODES", "SUBPROCESS_MODES", "add_relu_mul", "mul_sum", "sin_cos", "gelu_tanh", "compiler_available", "CompileResult",
            "try_compile", "Traffic", "eager_traffic", "CUDAGraphed", "gpt_forward_workload", "ModeTiming",
            "time_mode_in_subprocess"]
 
@@ -41,6 +41,16 @@ __all__ = ["MODES", "SUBPROCESS_MODES", "add_relu_mul", "gelu_tanh", "compiler_a
 def add_relu_mul(x: torch.Tensor, bias: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """The guide's §3.1 example: three elementwise ops, one kernel each in eager mode."""
     return torch.relu(x + bias) * scale
+
+
+def mul_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The guide's §3.3 reduction fusion: a product and a row sum, two kernels eager, one when fused."""
+    return (a * b).sum(dim=-1)
+
+
+def sin_cos(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The guide's §3.3 horizontal fusion: two ops on one input, two kernels eager, one (reading x once) fused."""
+    return torch.sin(x), torch.cos(x)
 
 
 # ---------------------------------------------------------------- is there a compiler?
@@ -355,6 +365,8 @@ class ModeTiming:
     compile_s: float | None = None  # first call, compile included (None for eager)
     median_s: float | None = None  # steady-state time per call
     iqr_s: float | None = None
+    q1_s: float | None = None  # quartiles of the time per call (the interval of a ratio between modes)
+    q3_s: float | None = None
     kernels_per_call: float | None = None  # from the profiler trace (CUDA)
     busy_fraction: float | None = None  # GPU busy over wall time, from the trace (CUDA)
     max_abs_err: float | None = None
@@ -406,7 +418,8 @@ def _run_mode(spec: dict[str, Any]) -> ModeTiming:
                 kernels, busy = p.kernels_per_step, p.busy_fraction
             except Exception as e:  # the timing stands without the trace
                 note = f"profiler failed: {_why(e)}"
-    return ModeTiming(mode, True, compile_s=compile_s, median_s=m.median, iqr_s=m.iqr, kernels_per_call=kernels,
+    return ModeTiming(mode, True, compile_s=compile_s, median_s=m.median, iqr_s=m.iqr, q1_s=m.q1, q3_s=m.q3,
+                      kernels_per_call=kernels,
                       busy_fraction=busy, max_abs_err=err, reason=note)
 
 

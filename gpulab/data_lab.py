@@ -1,4 +1,4 @@
-"""Lab pieces for notebooks 05 (feeding the GPU) and 06 (batch size): training steps, endless feeds, sweeps.
+"""Lab pieces for notebook 05 (feeding the GPU): a CNN step, endless feeds, pipeline timing, worker sweeps.
 
 Notebook 05 times a small CNN fed by a DataLoader of JPEG files under different loader settings:
 
@@ -6,12 +6,7 @@ Notebook 05 times a small CNN fed by a DataLoader of JPEG files under different 
     with Feed(endless_loader(ds, batch_size=64, num_workers=8, pin_memory=True), step, device) as feed:
         run = gl.measure(lambda: feed.run(4), items=4 * 64)        # 4 batches per call, workers stay alive
 
-Notebook 06 times one GPT training step at any batch size (random token ids, never zeros):
-
-    step = GPTTrainStep(GPTConfig.gpt2_small(), seq_len=1024, device=dev, amp_dtype=torch.bfloat16)
-    step(64)                      # one optimizer step on 64 sequences
-    step(64, accum=4)             # the same 64 sequences as 4 micro-batches of 16, one optimizer step
-    rows = batch_sweep(step, [1, 2, 4, 8, 16, 32, 64])     # throughput, MFU, utilization, peak memory
+Notebook 06's GPT step and batch sweep live in `gpulab.batchsize` (re-exported here under their old names).
 
 Everything here runs on a CPU too (smaller sizes); CUDA-only steps (pinned memory, peak memory) are skipped.
 """
@@ -30,11 +25,15 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 from tqdm.auto import tqdm
 
+from .batchsize import (GPTTrainStep, batch_sweep, column, gpt_step_memory_estimate,  # noqa: F401  (old home)
+                        peak_memory_gb, row_for, trace_estimate)
+from .claims import Estimate
 from .dataloading import CUDAPrefetcher, _check_int, as_torch_device, synchronize, to_device
 from .device import get_device, usable_cores  # noqa: F401  (usable_cores: used by notebook 05)
-from .experiment import RunResult, measure
-from .flops import count_flops, transformer_flops_per_token
-from .workloads import _MEAN, _STD, GPT, GPTConfig
+from .experiment import Comparison, RunResult, default_min_time, measure
+from .flops import count_flops
+from .timing import benchmark
+from .workloads import _MEAN, _STD
 
 _ENDLESS = 2**40  # samples in an "endless" epoch: no run of the notebook ever reaches its end
 
@@ -131,11 +130,12 @@ class Feed:
     """
 
     def __init__(self, source: Iterable, step: Callable[[Any, Any], Any], device: Any = None, *,
-                 prefetch: bool = False, non_blocking: bool | None = None):
+                 prefetch: bool = False, non_blocking: bool | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         if not callable(step):
             raise ValueError("step must be callable as step(x, y)")
         self.device = as_torch_device(device)
-        self.source, self.step = source, step
+        self.source, self.step, self.clock = source, step, clock
         pinned = bool(getattr(source, "pin_memory", False))
         self.non_blocking = pinned if non_blocking is None else non_blocking
         self.prefetch = prefetch and self.device.type == "cuda"
@@ -143,6 +143,27 @@ class Feed:
         self._it: Iterator | None = None
         self.batches = 0
         self.samples = 0
+        self.wait_s = 0.0  # host seconds spent waiting for the next batch: the loop's data-loading time
+
+    @property
+    def queue_capacity(self) -> int:
+        """Batches the source can hold ready: num_workers × prefetch_factor for a DataLoader with workers
+        (each worker loads prefetch_factor batches ahead), plus one a prefetcher holds; 0 without a queue."""
+        workers = getattr(self.source, "num_workers", 0) or 0
+        ahead = getattr(self.source, "prefetch_factor", None) or 0
+        return workers * ahead + (1 if self.prefetch else 0)
+
+    def settle(self) -> None:
+        """Train on as many batches as the queue holds (untimed), back to back with what follows.
+
+        While a loop is idle its workers fill the queue; a timed window that starts on that backlog counts
+        batches loaded during the idle time and overstates the rate. Consuming `queue_capacity` batches
+        first leaves the queue as the steady state has it (empty when loading is the bottleneck, full when
+        the GPU is). It also starts the workers if they are not running yet.
+        """
+        n = self.queue_capacity
+        if n or self._it is None:
+            self.run(max(n, 1))
 
     def _start(self) -> Iterator:
         self._source_it = iter(self.source)
@@ -153,7 +174,9 @@ class Feed:
         """Train on the next `n` batches (no synchronize: time it with gl.benchmark / gl.measure)."""
         it = self._it or self._start()
         for _ in range(n):
+            t0 = self.clock()
             x, y = next(it)
+            self.wait_s += self.clock() - t0
             if not self.prefetch:
                 x, y = to_device((x, y), self.device, non_blocking=self.non_blocking)
             self.step(x, y)
@@ -259,6 +282,15 @@ class EpochStarts:
         """Epoch start (epochs 2..) with respawned workers over that with persistent ones."""
         return self.later_epochs("respawn") / self.later_epochs("persistent")
 
+    def ratio_estimate(self) -> Estimate:
+        """`ratio` with an interval from both modes' quartiles over epochs 2.. (q1 / q3 to q3 / q1)."""
+        from .timing import quantiles
+
+        r1, _, r3 = quantiles(self.first_batch_s["respawn"][1:])
+        p1, _, p3 = quantiles(self.first_batch_s["persistent"][1:])
+        v = self.ratio
+        return Estimate(v, min(v, r1 / p3), max(v, r3 / p1))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"ratio": self.ratio,
                                "later_epochs_s": {m: self.later_epochs(m) for m in self.first_batch_s}}
@@ -304,9 +336,10 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
                            batch_size: int, pin_memory: bool = False, prefetch_factor: int = 2,
                            batches_per_call: int = 4, flops_per_sample: float | None = None,
                            dtype: str | None = None, min_time_s: float | None = None, device: Any = None,
-                           progress: bool = True) -> list[tuple[int, RunResult]]:
-    """For each worker count: the training loop fed by an endless loader, through `gl.measure` (timing,
-    NVML/GPM utilization and host CPU from the monitor). Workers start before timing and stay alive."""
+                           rounds: int = 3, progress: bool = True) -> list[tuple[int, RunResult]]:
+    """For each worker count: the training loop fed by an endless loader, timed as a pipeline by
+    `measure_feed` (samples over the windows' wall time; NVML/GPM utilization and host CPU from the monitor).
+    Workers start before timing and stay alive."""
     dev_info = device if hasattr(device, "is_cuda") else get_device()
     out = []
     for w in tqdm(list(workers), desc="utilization per worker count", disable=not progress):
@@ -314,158 +347,118 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
                                 prefetch_factor=prefetch_factor)
         with Feed(loader, step, dev_info.torch_device) as feed:
             n = batches_per_call * batch_size
-            run = measure(lambda: feed.run(batches_per_call), label=f"num_workers={w}", items=n,
-                          flops=flops_per_sample * n if flops_per_sample else None, dtype=dtype,
-                          min_time_s=min_time_s, device=dev_info)
+            run = measure_feed(feed, batches_per_call, label=f"num_workers={w}", items=n,
+                               flops=flops_per_sample * n if flops_per_sample else None, dtype=dtype,
+                               min_time_s=min_time_s, device=dev_info, rounds=rounds)
         out.append((w, run))
     return out
 
 
-# ---------------------------------------------------------------- notebook 06: a GPT step at any batch size
+# ---------------------------------------------------------------- timing a fed loop as a pipeline
 
-class GPTTrainStep:
-    """One GPT training step at any batch size: `step(b)` trains on b random sequences of `seq_len` tokens.
-
-    `step(b, accum=k)` splits the b sequences into k micro-batches of b/k, backpropagates each loss / k
-    (gradients add up to those of the mean loss over all b) and takes one AdamW step. Gradients are
-    released (set to None) at the start and end, so between steps only weights and AdamW state stay.
-    """
-
-    def __init__(self, config: GPTConfig, seq_len: int | None = None, device: Any = None, *,
-                 amp_dtype: torch.dtype | None = None, lr: float = 3e-4, seed: int = 0):
-        self.config = config
-        self.seq_len = seq_len or config.block_size
-        if not 1 <= self.seq_len <= config.block_size:
-            raise ValueError(f"seq_len={seq_len} must be in 1..block_size ({config.block_size})")
-        self.device = as_torch_device(device)
-        self.amp_dtype = amp_dtype
-        torch.manual_seed(seed)
-        self.model = GPT(config, attn="sdpa").to(self.device)
-        cuda = self.device.type == "cuda"
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, **({"fused": True} if cuda else {}))
-        self._gen = torch.Generator(device=self.device).manual_seed(seed)
-
-    @property
-    def n_params(self) -> int:
-        return self.model.num_params()
-
-    def flops_per_sequence(self) -> float:
-        """Training FLOPs of one sequence: (6N + 12·L·H·Q·T) per token × T tokens (nanoGPT/PaLM)."""
-        c = self.config
-        return transformer_flops_per_token(self.n_params, c.n_layer, c.n_head, c.n_embd // c.n_head,
-                                           self.seq_len) * self.seq_len
-
-    def batch(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """b random sequences (token ids, the targets shifted by one), made on the device."""
-        ids = torch.randint(self.config.vocab_size, (b, self.seq_len + 1), device=self.device, generator=self._gen)
-        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-
-    def __call__(self, b: int, accum: int = 1) -> None:
-        _check_int("batch size", b, 1)
-        _check_int("accum", accum, 1)
-        if b % accum:
-            raise ValueError(f"accum={accum} must divide the batch size {b}")
-        self.opt.zero_grad(set_to_none=True)
-        for _ in range(accum):
-            x, y = self.batch(b // accum)
-            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
-                                enabled=self.amp_dtype is not None):
-                _, loss = self.model(x, y)
-            (loss / accum).backward()
-            del x, y, loss
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-
-    def close(self) -> None:
-        """Drop the model and optimizer (and, on CUDA, return their memory to the driver)."""
-        self.model = self.opt = None  # type: ignore[assignment]
-        _release(self.device)
+def _window(feed: Feed, batches_per_call: int, seconds: float, device: Any, waits: list[float]) -> Any:
+    """One more timed window of the fed loop, started on a settled queue; appends its data wait per batch."""
+    feed.settle()
+    w0, b0 = feed.wait_s, feed.batches
+    m = benchmark(lambda: feed.run(batches_per_call), min_time_s=seconds, warmup_s=0, device=device)
+    waits.append((feed.wait_s - w0) / max(1, feed.batches - b0))
+    return m
 
 
-def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | None = None,
-                             bytes_per_value: int = 4) -> int:
-    """A rough estimate of a GPT training step's memory, for a *simulated* device limit on a CPU.
-
-    Weights, gradients and the two AdamW moments: 16 bytes per parameter (FP32). Activations kept for the
-    backward pass: about 16·d values per layer per token (layer-norm, attention and MLP inputs/outputs) plus
-    2·vocab per token (logits and their softmax), `bytes_per_value` each. Real use differs by the kernels
-    and the allocator; on a GPU measure it (torch.cuda.max_memory_allocated) instead.
-    """
-    _check_int("batch_size", batch_size, 1)
-    t = seq_len or config.block_size
-    d, L, V = config.n_embd, config.n_layer, config.vocab_size
-    params = V * d + config.block_size * d + L * 12 * d * d
-    per_token = 16 * d * L + 2 * V
-    return 16 * params + batch_size * t * per_token * bytes_per_value
-
-
-def _release(device: torch.device) -> None:
-    import gc
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float, rounds: int = 3,
+                 flops: float | None = None, dtype: str | None = None, item_name: str = "samples",
+                 min_time_s: float | None = None, device: Any = None, profile: bool = False) -> RunResult:
+    """The loop fed by `feed` as a pipeline: `gl.measure(..., pipeline=True)` on a settled queue, then
+    `rounds` more windows of a quarter of the time each, so the throughput (items over each window's wall
+    time) has a spread. The data wait per batch of each window is kept in `meta['data_wait_s_per_batch']`."""
+    _check_int("batches_per_call", batches_per_call, 1)
+    _check_int("rounds", rounds, 0)
+    dev = device if hasattr(device, "is_cuda") else get_device()
+    feed.settle()
+    w0, b0 = feed.wait_s, feed.batches
+    run = measure(lambda: feed.run(batches_per_call), label=label, items=items, flops=flops, dtype=dtype,
+                  item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile, pipeline=True)
+    waits = [(feed.wait_s - w0) / max(1, feed.batches - b0)]
+    for _ in range(rounds):
+        extra = _window(feed, batches_per_call, (min_time_s or default_min_time(dev)) / 4, dev.torch_device, waits)
+        run.measurement = run.measurement.merged(extra)
+    run.measurement.meta["data_wait_s_per_batch"] = waits
+    return run
 
 
-def batch_sweep(step: GPTTrainStep, batch_sizes: Sequence[int], *, dtype: str | None = None,
-                min_time_s: float | None = None, device: Any = None, progress: bool = True
-                ) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
-    """Each batch size through `gl.measure`: time, tokens/s, MFU, NVML/GPM utilization; peak memory on CUDA.
-
-    A batch size that runs out of memory (near the limit, the allocator's fragmentation can differ from the
-    search's) gets a row with oom=True and the sweep goes on. Returns the table rows (JSON-able) and the
-    RunResults by batch size (with their monitor traces).
-    """
-    from .batchsize import is_oom
-
-    dev_info = device if hasattr(device, "is_cuda") else get_device()
-    cuda = step.device.type == "cuda"
-    rows, runs = [], {}
-    for b in tqdm(list(dict.fromkeys(batch_sizes)), desc="batch sizes", disable=not progress):
-        if cuda:
-            synchronize(step.device)
-            torch.cuda.reset_peak_memory_stats(step.device)
-        run, error = None, None
-        try:
-            run = measure(lambda: step(b), label=f"batch {b}", flops=step.flops_per_sequence() * b, dtype=dtype,
-                          items=b * step.seq_len, item_name="tokens", min_time_s=min_time_s, device=dev_info)
-        except RuntimeError as e:
-            if not is_oom(e):
-                raise
-            error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-        if run is None:  # out of the except block: the failed step's tensors can be freed now
-            _release(step.device)
-            rows.append(dict(batch_size=b, oom=True, error=error, step_ms=None, tokens_per_s=None,
-                             samples_per_s=None, tflops=None, mfu=None, nvml_util=None, gpm_sm_active=None,
-                             gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None, noisy=None))
-            continue
-        peak = torch.cuda.max_memory_allocated(step.device) / 1e9 if cuda else None
-        runs[b] = run
-        rows.append(dict(batch_size=b, oom=False, error=None, step_ms=run.seconds * 1e3,
-                         tokens_per_s=run.throughput, samples_per_s=run.throughput / step.seq_len,
-                         tflops=run.tflops, mfu=run.mfu, nvml_util=run.metric("nvml_util"),
-                         gpm_sm_active=run.metric("gpm_sm_active"), gpm_tensor_active=run.metric("gpm_tensor_active"),
-                         cpu_percent=run.metric("cpu_percent"), peak_mem_gb=peak, noisy=run.measurement.noisy))
-    return rows, runs
+def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str, items: float,
+                  before_label: str = "before", after_label: str = "after", rounds: int = 4,
+                  flops: float | None = None, dtype: str | None = None, item_name: str = "samples",
+                  min_time_s: float | None = None, device: Any = None, profile: bool = False,
+                  kind: str = "optimisation") -> Comparison:
+    """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
+    `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
+    queue, so neither side counts batches its workers loaded while the other side ran. Compare the sides
+    with `Comparison.throughput_ratio()` (items over the windows' wall time), not the per-call median."""
+    dev = device if hasattr(device, "is_cuda") else get_device()
+    b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,
+                     dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
+    a = measure_feed(after, batches_per_call, label=after_label, items=items, rounds=0, flops=flops,
+                     dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
+    waits = {id(b): list(b.measurement.meta["data_wait_s_per_batch"]),
+             id(a): list(a.measurement.meta["data_wait_s_per_batch"])}
+    round_s = (min_time_s or default_min_time(dev)) / 4
+    for i in range(rounds):
+        sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
+        for feed, run in sides:
+            extra = _window(feed, batches_per_call, round_s, dev.torch_device, waits[id(run)])
+            run.measurement = run.measurement.merged(extra)
+            run.measurement.meta["interleaved_rounds"] = i + 1
+    for run in (b, a):
+        run.measurement.meta["data_wait_s_per_batch"] = waits[id(run)]
+    return Comparison(name=name, before=b, after=a, device=dev.name, kind=kind)
 
 
-def peak_memory_gb(fn: Callable[[], Any], device: Any = None) -> float | None:
-    """Peak GPU memory allocated while `fn()` runs once, in GB (None off CUDA: no allocator to ask)."""
-    dev = as_torch_device(device)
-    if dev.type != "cuda":
-        fn()
+def pipeline_mfu(run: RunResult) -> float | None:
+    """MFU of a fed loop from its window throughput (FLOPs per item × items/s over the peak), not from the
+    median call, which a bursty queue makes look faster than the loop runs; None without FLOPs or a peak."""
+    rate = run.throughput
+    if not (run.flops and run.items and run.peak_tflops and rate):
         return None
-    synchronize(dev)
-    torch.cuda.reset_peak_memory_stats(dev)
-    fn()
-    synchronize(dev)
-    return torch.cuda.max_memory_allocated(dev) / 1e9
+    return run.flops / run.items * rate / (run.peak_tflops * 1e12)
 
 
-def column(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0) -> list[float | None]:
-    """One column of a table of rows, scaled (None stays None): for plots."""
-    return [None if r.get(key) is None else r[key] * scale for r in rows]
+def data_wait(run: RunResult) -> Estimate | None:
+    """Seconds per batch the loop waited for data: the median over the timed windows, with their range."""
+    waits = run.measurement.meta.get("data_wait_s_per_batch") or []
+    if not waits:
+        return None
+    return Estimate(statistics.median(waits), min(waits), max(waits))
 
 
-def row_for(rows: Sequence[dict[str, Any]], key: str, value: Any) -> dict[str, Any] | None:
-    """The first row whose `key` equals `value`, or None."""
-    return next((r for r in rows if r.get(key) == value), None)
+def ratio(a: Estimate | None, b: Estimate | None) -> Estimate | None:
+    """a / b with the widest interval the two allow (a.lo / b.hi to a.hi / b.lo); None if either is missing."""
+    if a is None or b is None or b.lo <= 0:
+        return None
+    return Estimate(a.value / b.value, a.lo / b.hi, a.hi / b.lo)
+
+
+def share_of_best(rates: dict[Any, Estimate], key: Any) -> Estimate | None:
+    """rates[key] over the best rate in the table (at most 1), with its interval: the best's own value is
+    uncertain, so the interval runs from key's low over the highest high to key's high over the highest low."""
+    if key not in rates or not rates:
+        return None
+    r = rates[key]
+    best_v = max(e.value for e in rates.values())
+    best_lo, best_hi = max(e.lo for e in rates.values()), max(e.hi for e in rates.values())
+    value = r.value / best_v
+    return Estimate(value, min(value, r.lo / best_hi), max(value, min(1.0, r.hi / best_lo)))
+
+
+def knee_estimate(rates: dict[int, Estimate], fraction: float = 0.95) -> Estimate | None:
+    """`knee` of the values, with an interval from the rates' spreads: from the fewest settings that could
+    reach `fraction` of the best (high end >= fraction × the best low) to the fewest that surely do
+    (low end >= fraction × the best high; the largest setting if none surely does)."""
+    if not rates:
+        return None
+    value = knee({k: e.value for k, e in rates.items()}, fraction)
+    best_lo, best_hi = max(e.lo for e in rates.values()), max(e.hi for e in rates.values())
+    lo = min(k for k, e in rates.items() if e.hi >= fraction * best_lo)
+    sure = [k for k, e in rates.items() if e.lo >= fraction * best_hi]
+    hi = min(sure) if sure else max(rates)
+    return Estimate(value, min(lo, value), max(hi, value))

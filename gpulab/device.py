@@ -429,7 +429,8 @@ def _run_cache_path(device: DeviceInfo, n: int) -> Path | None:
     if not run_id:
         return None
     from .results import results_dir
-    return results_dir() / device.slug / f"peaks-{n}.json"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:80]  # two runs side by side (one per GPU) keep apart
+    return results_dir() / device.slug / "peaks" / f"peaks-{n}-{safe}.json"
 
 
 def _load_run_peaks(path: Path | None, dtypes: tuple[str, ...]) -> MeasuredPeaks | None:

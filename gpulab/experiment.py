@@ -34,6 +34,11 @@ class RunResult:
 
     @property
     def seconds(self) -> float:
+        """Seconds per call: the median call, or for a pipeline the windows' wall time per call."""
+        if self.pipeline:
+            rate = self.measurement.window_rate(1.0)
+            if rate is not None:
+                return 1.0 / rate.value
         return self.measurement.median
 
     @property
@@ -102,6 +107,24 @@ class RunResult:
 KINDS = ("optimisation", "demonstration")
 
 
+def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
+    """Speedup of two pipelines from their windows' wall time per call, paired window by window.
+
+    The interval is the spread of the per-window ratios (windows are paired in order: the first windows,
+    then each interleaved round); "within noise" when that interval contains 1.
+    """
+    wb = [s / n for n, s in before.measurement.windows if n > 0 and s > 0]
+    wa = [s / n for n, s in after.measurement.windows if n > 0 and s > 0]
+    if not wb or not wa:
+        return None
+    ratio = before.seconds / after.seconds
+    pairs = [b / a for b, a in zip(wb, wa)] or [ratio]
+    lo, hi = min(pairs + [ratio]), max(pairs + [ratio])
+    noisy = (hi - lo) > 0.2 * ratio
+    within = lo <= 1.0 <= hi
+    return Speedup(before.label, after.label, ratio, within, lo, hi, noisy=noisy and not within)
+
+
 def _pct(x: float | None, scale: float = 100.0) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.1f}%"
 
@@ -129,7 +152,8 @@ class Comparison:
     @property
     def speed(self) -> Speedup:
         if self._speed is None:  # the measurements are values: compare once
-            self._speed = compare(self.before.measurement, self.after.measurement)
+            self._speed = (pipeline_speed(self.before, self.after) if self.before.pipeline and self.after.pipeline
+                           else None) or compare(self.before.measurement, self.after.measurement)
         return self._speed
 
     def estimate(self) -> Estimate:

@@ -67,6 +67,35 @@ def _gpt_dict(name: str, value: Any) -> dict:
     return value
 
 
+def _bursts(name: str, value: Any) -> list | None:
+    if value is None:
+        return None
+    return checks.sequence_of(name, value, lambda n, pair: _pair(n, pair))
+
+
+def _pair(name: str, pair: Any) -> tuple:
+    if isinstance(pair, (str, bytes)) or not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        raise ValueError(f"{name}={pair!r} must be a pair (burst ms, idle gap ms)")
+    return tuple(checks.positive_float(f"{name}[{i}]", v) for i, v in enumerate(pair))
+
+
+def bursts() -> Param:
+    return Param(_bursts, "a list of (burst ms, idle gap ms) pairs or None")
+
+
+def optional_bool() -> Param:
+    return Param(lambda n, v: v if v is None else _bool(n, v), "True, False or None")
+
+
+def _small_mlp(name: str, value: Any) -> dict:
+    keys = ("D", "DEPTH", "BATCH")
+    if not isinstance(value, dict) or set(value) != set(keys):
+        raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(keys)}")
+    for k in keys:
+        checks.positive_int(f"{name}[{k!r}]", value[k])
+    return value
+
+
 def gpt_dict() -> Param:
     return Param(_gpt_dict, "a dict of ints: " + ", ".join(GPT_KEYS))
 
@@ -78,7 +107,9 @@ _int, _opt_int, _sec, _opt_sec = integer(), integer(optional=True), number(), nu
 SCHEMAS: dict[str, dict[str, Param]] = {
     "01_measuring": dict(SMOKE=boolean(), BIG_N=_opt_int, TINY_SIZE=_opt_int, TIMING_N=_opt_int,
                          GPT_LAYERS=_opt_int, GPT_WIDTH=_opt_int, GPT_HEADS=_opt_int, GPT_SEQ=_opt_int,
-                         GPT_BATCH=_opt_int, MIN_TIME_S=_opt_sec),
+                         GPT_BATCH=_opt_int, MIN_TIME_S=_opt_sec, OPT_BATCH=_opt_int, OPT_GRAD_ACCUM=_opt_int,
+                         OPT_WORKERS=integer(0, optional=True), OPT_COMPILE=optional_bool(), OPT_SECONDS=_opt_sec,
+                         BURSTS=bursts(), BURST_SECONDS=_opt_sec),
     "02_tensor_cores": dict(SMOKE=boolean(), SIZES=list_of(_int, optional=True),
                             DTYPES=list_of(one_of(*MATMUL_DTYPES), optional=True), SWEEP_MIN_TIME_S=_opt_sec,
                             MIN_TIME_S=_opt_sec, BIG_N=_opt_int, SIZE_BIG=_opt_int, SIZE_SMALL=_opt_int,
@@ -86,10 +117,11 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                             ALIGN_HIDDEN=_opt_int, ALIGN_HEADS=_opt_int),
     "03_fusion": dict(SMOKE=boolean(), ELEMENTWISE_NUMEL=_int, MODEL=gpt_dict(), TRAIN_BATCH=_int,
                       INFER_BATCH=_int, INFER_SEQ=_int, SWEEP_MODES=list_of(one_of(*COMPILE_MODES)),
-                      MODE_TIMEOUT_S=_sec, MAX_AUTOTUNE_TIMEOUT_S=_sec, TIME_BUDGET_S=_sec, MIN_TIME_S=_opt_sec),
+                      MODE_TIMEOUT_S=_sec, MAX_AUTOTUNE_TIMEOUT_S=_sec, TIME_BUDGET_S=_sec, MIN_TIME_S=_opt_sec,
+                      TRAIN_MIN_TIME_S=_sec, TRAIN_ROUNDS=_int),
     "04_sync_points": dict(SMOKE=boolean(), MODEL=gpt_dict(), BATCH=_int, STEPS_PER_CALL=_int, EVAL_BATCHES=_int,
                            EVAL_BATCH=_int, COPY_MB=_int, OVERLAP_CHUNKS=_int, OVERLAP_CHUNK_MB=_int,
-                           MIN_TIME_S=_opt_sec),
+                           MIN_TIME_S=_opt_sec, LOOP_MIN_TIME_S=_sec, LOOP_ROUNDS=_int, QUEUED_MS=number()),
     "05_data_overlap": dict(SMOKE=boolean(), N_IMAGES=_int, IMAGE_SIZE=integer(8), BATCH_SIZE=_int, CNN_WIDTH=_int,
                             SWEEP_BATCHES=_int, BATCHES_PER_CALL=_int,
                             WORKERS=list_of(integer(0), optional=True), MIN_TIME_S=_opt_sec),
@@ -104,6 +136,13 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           STEP_SECONDS=_sec, LOSS_STEPS=_int, CORPUS_BYTES=_int, COMPILE=boolean(),
                           CUDNN_ATTENTION=boolean(), FUSED_LOSS=boolean(), BF16_WEIGHTS=boolean(),
                           COMPILE_MODE=one_of(*COMPILE_MODES), COMPILE_IN_SMOKE=boolean()),
+    "09_profiling": dict(SMOKE=boolean(), D=_int, DEPTH=_int, BATCH=_int, STEPS_PER_CALL=_int, PROFILE_STEPS=_int,
+                         OVERHEAD_ROUNDS=_int, ROUND_S=_sec, SMALL=Param(_small_mlp, "a dict of ints: D, DEPTH, BATCH"),
+                         TRACK_STEPS=_int, MIN_TIME_S=_opt_sec),
+    "10_multi_gpu": dict(SMOKE=boolean(), NPROC=integer(1, optional=True), N_LAYER=_int, N_HEAD=_int, N_EMBD=_int,
+                         SEQ_LEN=_int, VOCAB_SIZE=_int, BATCH_SIZE=_int, GRAD_ACCUM=_int, ROUNDS=_int,
+                         STEPS_PER_ROUND=_int, WARMUP_STEPS=integer(0), MAX_MESSAGE_MB=_int, ROUND_S=_sec,
+                         SAVE_TRACES=boolean(), LAUNCH_TIMEOUT_S=_sec),
 }
 
 

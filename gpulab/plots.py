@@ -201,3 +201,84 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def tracker_figure(tracker: Any):
+    """A step tracker's live figure: GPU time per step, and MFU (or throughput) with the monitor's readings."""
+    rs = tracker.records
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3))
+    xs = [r.step for r in rs]
+    a1.plot(xs, [r.gpu_ms for r in rs], color=AFTER, lw=1)
+    a1.set_xlabel("step")
+    a1.set_ylabel("GPU time per step (ms)")
+    a1.set_ylim(bottom=0)
+    a1.grid(alpha=0.3)
+    if any(r.mfu is not None for r in rs):
+        a2.plot(xs, [None if r.mfu is None else r.mfu * 100 for r in rs], color=AFTER, lw=1, label="MFU")
+        a2.set_ylabel(f"% ({tracker.peak_name or 'peak'})", fontsize=8)
+    elif any(r.items_per_s is not None for r in rs):
+        a2.plot(xs, [r.items_per_s for r in rs], color=AFTER, lw=1, label=f"{tracker.item_name}/s")
+    else:
+        _no_data(a2, "no FLOPs or items given: only the step time is tracked")
+    for metric, color in (("nvml_util", BEFORE), ("gpm_sm_active", REF)):
+        pts = [(r.step, getattr(r, metric)) for r in rs if getattr(r, metric) is not None]
+        if pts and any(r.mfu is not None for r in rs):
+            a2.plot(*zip(*pts), color=color, lw=1, ls="--", label=METRICS[metric])
+    if a2.get_legend_handles_labels()[0]:
+        a2.legend(fontsize=7, loc="lower right")
+    a2.set_xlabel("step")
+    a2.grid(alpha=0.3)
+    last = tracker.log_line(rs[-1]) if rs else ""
+    fig.suptitle(last, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+BREAKDOWN_COLORS = {"kernels": AFTER, "memcpy/memset": "#edae49", "idle: after a sync": BEFORE,
+                    "idle: host launching": "#6a4c93", "idle: queued work waiting": REF}
+
+
+def time_breakdown(breakdowns: dict[str, Any], *, title: str = "where each step's GPU time went"):
+    """Stacked bars of `TimeBreakdown`s (label -> breakdown): kernels, copies and idle kinds, ms per step."""
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(breakdowns) + 3), 3.6))
+    labels = list(breakdowns)
+    bottoms = [0.0] * len(labels)
+    for cat, color in BREAKDOWN_COLORS.items():
+        vals = [breakdowns[k].per_step_ms().get(cat, 0.0) for k in labels]
+        ax.bar(labels, vals, bottom=bottoms, color=color, label=cat)
+        bottoms = [b + v for b, v in zip(bottoms, vals)]
+    for x, (k, total) in enumerate(zip(labels, bottoms)):
+        ax.annotate(f"{breakdowns[k].kernel_fraction:.0%} kernels", (x, total), ha="center", va="bottom", fontsize=8)
+    if not any(bottoms):
+        _no_data(ax, "no GPU activity in these traces (no CUDA GPU)")
+    ax.set_ylabel("ms per step")
+    ax.set_title(title)
+    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+MEMORY_COLORS = {"parameters": "darkgreen", "gradients": "mediumblue", "optimizer state": "goldenrod",
+                 "activations": "red", "other": "grey"}
+
+
+def memory_timeline(profile: Any, *, title: str = "memory over one training step"):
+    """A `StepMemoryProfile` as stacked areas by category over the step, with the peak marked."""
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    if not profile.times_ms:
+        _no_data(ax, profile.note or "no memory timeline recorded")
+        return fig
+    cats = list(MEMORY_COLORS)
+    ax.stackplot(profile.times_ms, *[[v / 2**20 for v in profile.by_category[c]] for c in cats],
+                 labels=cats, colors=[MEMORY_COLORS[c] for c in cats], alpha=0.8, step="post")
+    ax.axvline(profile.peak_ms, color="k", ls=":", lw=1)
+    ax.annotate(f"peak {profile.peak_bytes / 2**20:,.1f} MiB", (profile.peak_ms, profile.peak_bytes / 2**20),
+                xytext=(5, -12), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("ms since the step began")
+    ax.set_ylabel("MiB")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

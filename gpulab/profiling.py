@@ -1,11 +1,17 @@
-"""torch.profiler made readable: GPU busy vs idle, kernel count, launch gaps, synchronizing calls."""
+"""torch.profiler made readable: GPU busy vs idle, kernel count, launch gaps, synchronizing calls.
+
+Only device kernels count as kernels and as busy time; memcpy and memset are their own category; the
+`record_function` ranges around steps (mirrored on the GPU timeline as annotations) are neither.
+"""
 from __future__ import annotations
 
+import contextlib
 import statistics
 import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -18,17 +24,22 @@ class ProfileSummary:
 
     steps: int
     wall_ms: float
-    gpu_busy_ms: float | None = None
-    kernel_count: int | None = None
-    gaps_ms: list[float] = field(default_factory=list)  # idle gaps between consecutive GPU activities
+    gpu_busy_ms: float | None = None  # union of kernel intervals (copies and annotations excluded)
+    kernel_count: int | None = None  # device kernels only
+    memcpy_count: int | None = None
+    memset_count: int | None = None
+    memcpy_ms: float | None = None
+    memset_ms: float | None = None
+    gaps_ms: list[float] = field(default_factory=list)  # idle gaps: no kernel, copy or memset on the GPU
     sync_calls: dict[str, int] = field(default_factory=dict)
     top_kernels: list[tuple[str, float, int]] = field(default_factory=list)  # name, total ms, count
     cpu_ops: int = 0
     note: str = ""
+    trace_path: str | None = None
 
     @property
     def busy_fraction(self) -> float | None:
-        """Fraction of the wall time with a kernel or copy running on the GPU (from the trace, not sampled)."""
+        """Fraction of the wall time with a kernel running on the GPU (from the trace, not sampled)."""
         if self.gpu_busy_ms is None or self.wall_ms <= 0:
             return None
         return min(1.0, self.gpu_busy_ms / self.wall_ms)
@@ -38,12 +49,20 @@ class ProfileSummary:
         return None if self.kernel_count is None else self.kernel_count / self.steps
 
     @property
+    def copies_per_step(self) -> float | None:
+        """memcpy and memset operations per step (not counted as kernels)."""
+        if self.memcpy_count is None:
+            return None
+        return (self.memcpy_count + (self.memset_count or 0)) / self.steps
+
+    @property
     def syncs_per_step(self) -> float:
         return sum(self.sync_calls.values()) / self.steps
 
     def summary(self) -> dict[str, Any]:
         return {"wall_ms_per_step": self.wall_ms / self.steps, "busy_fraction": self.busy_fraction,
                 "kernels_per_step": self.kernels_per_step, "syncs_per_step": self.syncs_per_step,
+                "copies_per_step": self.copies_per_step,
                 "median_gap_us": statistics.median(self.gaps_ms) * 1e3 if self.gaps_ms else None}
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,6 +77,7 @@ class ProfileSummary:
         busy = "n/a" if s["busy_fraction"] is None else f"{s['busy_fraction']:.0%}"
         rows = [("wall time per step", f"{s['wall_ms_per_step']:.3f} ms"), ("GPU busy (trace)", busy),
                 ("kernels per step", "n/a" if s["kernels_per_step"] is None else f"{s['kernels_per_step']:.1f}"),
+                ("memcpy/memset per step", "n/a" if s["copies_per_step"] is None else f"{s['copies_per_step']:.1f}"),
                 ("synchronizing calls per step", f"{s['syncs_per_step']:.1f}"),
                 ("median idle gap", "n/a" if s["median_gap_us"] is None else f"{s['median_gap_us']:.1f} µs")]
         body = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows)
@@ -84,55 +104,140 @@ def _union_ms(intervals: list[tuple[float, float]]) -> tuple[float, list[float]]
     return busy / 1e3, gaps
 
 
-def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int = 5) -> ProfileSummary:
-    """Run `fn()` `warmup` times, then `steps` times under torch.profiler, and summarise the trace."""
-    if steps < 1:
-        raise ValueError(f"steps={steps} must be >= 1")
-    if warmup < 0:
-        raise ValueError(f"warmup={warmup} must be >= 0")
+STEP_RANGE = "gpulab_step"  # the record_function range put around each profiled step
+
+
+def device_activity_kind(event: Any) -> str | None:
+    """What a profiler event did on the GPU: "kernel", "memcpy", "memset", or None (not device work).
+
+    A `record_function` range appears twice in a CUDA trace: on the CPU and mirrored on the GPU timeline as a
+    user annotation. The mirror has the CUDA device type but is not a kernel; neither is a CUDA sync event.
+    torch >= 2.13 names the activity type; older versions flag annotations with `is_user_annotation`.
+    """
+    if getattr(event, "device_type", None) != torch.autograd.DeviceType.CUDA:
+        return None
+    if getattr(event, "is_user_annotation", False):
+        return None
+    activity = str(getattr(event, "activity_type", None) or "").lower()
+    name = str(getattr(event, "name", ""))
+    if "memcpy" in activity or (not activity and name.startswith("Memcpy")):
+        return "memcpy"
+    if "memset" in activity or (not activity and name.startswith("Memset")):
+        return "memset"
+    if activity and activity != "kernel":
+        return None  # gpu_user_annotation, cuda_sync, ...: not work the SMs did
+    return "kernel"
+
+
+def summarize_events(events: Any, *, steps: int, cuda: bool, step_name: str = STEP_RANGE,
+                     top: int = 5) -> ProfileSummary:
+    """Summarise a profiler's events (FunctionEvent-like objects) over the `steps` ranges named `step_name`.
+
+    Counts and times device kernels only: memcpy and memset are their own category, and annotations are not
+    device work. Busy time is the union of kernel intervals (overlapping kernels on two streams count once).
+    """
+    events = list(events)
+    cpu_type = torch.autograd.DeviceType.CPU
+    step_ranges = [(e.time_range.start, e.time_range.end) for e in events
+                   if e.name == step_name and e.device_type == cpu_type]
+    if not step_ranges:
+        raise RuntimeError(f"the profiler recorded no {step_name!r} ranges")
+    kinds = {"kernel": [], "memcpy": [], "memset": []}
+    for e in events:
+        kind = device_activity_kind(e)
+        if kind is not None:
+            kinds[kind].append(e)
+    device_work = kinds["kernel"] + kinds["memcpy"] + kinds["memset"]
+    start = min(s for s, _ in step_ranges)
+    end = max([t for _, t in step_ranges] + [e.time_range.end for e in device_work])
+    # Synchronizing calls made by the steps themselves (not the profiler's closing synchronize).
+    syncs = Counter(e.name for e in events if e.device_type != torch.autograd.DeviceType.CUDA
+                    and e.name in SYNC_CALLS
+                    and any(s <= e.time_range.start <= t for s, t in step_ranges))
+    cpu_ops = sum(1 for e in events if e.device_type == cpu_type and e.name.startswith("aten::"))
+    wall_ms = (end - start) / 1e3
+    if not cuda:
+        return ProfileSummary(steps=steps, wall_ms=wall_ms, sync_calls=dict(syncs), cpu_ops=cpu_ops,
+                              note="no CUDA GPU: the trace has CPU operators only")
+    spans = lambda evs: [(e.time_range.start, e.time_range.end) for e in evs]  # noqa: E731
+    busy_ms, _ = _union_ms(spans(kinds["kernel"]))
+    _, gaps = _union_ms(spans(device_work))
+    per_kernel: dict[str, list[float]] = {}
+    for e in kinds["kernel"]:
+        per_kernel.setdefault(e.name, []).append((e.time_range.end - e.time_range.start) / 1e3)
+    top_k = sorted(((n, sum(v), len(v)) for n, v in per_kernel.items()), key=lambda r: -r[1])[:top]
+    total = lambda evs: sum(e.time_range.end - e.time_range.start for e in evs) / 1e3  # noqa: E731
+    return ProfileSummary(steps=steps, wall_ms=wall_ms, gpu_busy_ms=busy_ms, kernel_count=len(kinds["kernel"]),
+                          memcpy_count=len(kinds["memcpy"]), memset_count=len(kinds["memset"]),
+                          memcpy_ms=total(kinds["memcpy"]), memset_ms=total(kinds["memset"]),
+                          gaps_ms=gaps, sync_calls=dict(syncs), top_kernels=top_k, cpu_ops=cpu_ops)
+
+
+@contextlib.contextmanager
+def nvtx_range(name: str) -> Iterator[None]:
+    """An NVTX range (shown by Nsight Systems) and a profiler range around a block; NVTX is skipped without CUDA."""
+    pushed = False
+    if torch.cuda.is_available():
+        try:
+            torch.cuda.nvtx.range_push(name)
+            pushed = True
+        except Exception:  # NVTX missing from this build: the profiler range still marks the block
+            pushed = False
+    try:
+        with torch.profiler.record_function(name):
+            yield
+    finally:
+        if pushed:
+            torch.cuda.nvtx.range_pop()
+
+
+def _check_count(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int = 5, wait: int = 0,
+            profiler_warmup: int = 1, trace_path: str | Path | None = None) -> ProfileSummary:
+    """Run `fn()` `warmup` times, then under torch.profiler's schedule, and summarise the active steps.
+
+    The schedule is torch.profiler.schedule(wait, profiler_warmup, active=steps): `wait` steps run unrecorded,
+    `profiler_warmup` steps are recorded and thrown away (the profiler's own start-up cost), then `steps` are
+    kept. Each step runs inside an NVTX range and a `record_function` range named "gpulab_step". With
+    `trace_path` (a name ending in .json.gz, or .json) the active steps are written as a Chrome/Perfetto trace:
+    open it at https://ui.perfetto.dev.
+    """
+    _check_count("steps", steps, 1)
+    _check_count("warmup", warmup, 0)
+    _check_count("wait", wait, 0)
+    _check_count("profiler_warmup", profiler_warmup, 0)
+    if trace_path is not None and not str(trace_path).endswith((".json", ".json.gz")):
+        raise ValueError(f"trace_path={str(trace_path)!r} must end in .json.gz (or .json)")
     cuda = torch.cuda.is_available()
     for _ in range(warmup):
         fn()
     if cuda:
         torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-    # One profiled warm-up step absorbs the profiler's own start-up cost; only the active steps are kept.
-    sched = torch.profiler.schedule(wait=0, warmup=1, active=steps)
+    sched = torch.profiler.schedule(wait=wait, warmup=profiler_warmup, active=steps, repeat=1)
     with torch.profiler.profile(activities=acts, schedule=sched) as prof:
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        prof.step()
-        for _ in range(steps):
-            with torch.profiler.record_function("gpulab_step"):
+        for i in range(wait + profiler_warmup + steps):
+            if i >= wait + profiler_warmup:
+                with nvtx_range(STEP_RANGE):
+                    fn()
+            else:
                 fn()
-        if cuda:
-            torch.cuda.synchronize()
-    events = prof.events()
-    step_ranges = [(e.time_range.start, e.time_range.end) for e in events if e.name == "gpulab_step"]
-    if not step_ranges:
-        raise RuntimeError("the profiler recorded no steps")
-    gpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-    start = min(s for s, _ in step_ranges)
-    end = max([e for _, e in step_ranges] + [e.time_range.end for e in gpu])
-    # Synchronizing calls made by the steps themselves (not the profiler's closing synchronize).
-    syncs = Counter(e.name for e in events if e.device_type != torch.autograd.DeviceType.CUDA
-                    and e.name in SYNC_CALLS
-                    and any(s <= e.time_range.start <= t for s, t in step_ranges))
-    cpu_ops = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CPU
-                  and e.name.startswith("aten::"))
-    if not cuda:
-        return ProfileSummary(steps=steps, wall_ms=(end - start) / 1e3, sync_calls=dict(syncs), cpu_ops=cpu_ops,
-                              note="no CUDA GPU: the trace has CPU operators only")
-    busy_ms, gaps = _union_ms([(e.time_range.start, e.time_range.end) for e in gpu])
-    kernels = [e for e in gpu if not e.name.startswith(("Memcpy", "Memset"))]
-    per_kernel: dict[str, list[float]] = {}
-    for e in kernels:
-        per_kernel.setdefault(e.name, []).append((e.time_range.end - e.time_range.start) / 1e3)
-    top_k = sorted(((n, sum(v), len(v)) for n, v in per_kernel.items()), key=lambda r: -r[1])[:top]
-    return ProfileSummary(steps=steps, wall_ms=(end - start) / 1e3, gpu_busy_ms=busy_ms,
-                          kernel_count=len(kernels), gaps_ms=gaps, sync_calls=dict(syncs), top_kernels=top_k,
-                          cpu_ops=cpu_ops)
+            if cuda and i < wait + profiler_warmup:
+                torch.cuda.synchronize()  # unkept steps end before the kept ones begin
+            if cuda and i == wait + profiler_warmup + steps - 1:
+                torch.cuda.synchronize()  # the last kept kernels land inside the recorded window
+            if i < wait + profiler_warmup + steps - 1:
+                prof.step()  # not after the last: that would close the cycle and clear its events
+    summary = summarize_events(prof.events(), steps=steps, cuda=cuda, top=top)
+    if trace_path is not None:
+        Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace_path))  # a .gz name is gzipped by the profiler
+        summary.trace_path = str(trace_path)
+    return summary
 
 
 def find_syncs(fn: Callable[[], Any]) -> list[str]:

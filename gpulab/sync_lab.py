@@ -5,8 +5,10 @@ pageable host-to-device copies, and a copy overlapped with compute on a second C
     slow = loop.fn(8, log="item_twice")           # two .item() per step: two syncs
     fast = loop.fn(8, log="gpu")                  # losses summed on the GPU, one .item() per 8 steps
     masked = loop.fn(8, log="none", mask="index") # loss[mask].mean(): a data-dependent shape, a hidden sync
+    probe = loop.fn(1, log="cpu")                 # loss.cpu() every step ("branch": `if loss.sum() > 0:`)
     ev = eval_fn(model, batches, transfer="per_batch")   # .cpu().numpy() every batch, as many eval loops do
     ov = CopyComputeOverlap(n_chunks=8, chunk_mb=64)     # ov.serial / ov.overlapped / ov.copy_only / ov.compute_only
+    q = queued_copy_timing(h2d["pageable_non_blocking"], busy_work(0.02))  # does the call wait for queued work?
 
 Every loop runs on a CPU too (there a sync costs nothing, so the before/after is within noise); the copy and
 stream helpers need CUDA and say so.
@@ -16,19 +18,22 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-LOG_MODES = ("item_twice", "item_once", "gpu", "none")
+from .claims import Estimate
+
+LOG_MODES = ("item_twice", "item_once", "gpu", "none", "cpu", "branch")
 MASK_MODES = ("none", "index", "where")
 TRANSFERS = ("per_batch", "once")
 
 __all__ = ["LOG_MODES", "MASK_MODES", "TRANSFERS", "token_batches", "masked_mean", "TrainLoop", "eval_fn",
-           "CopyTiming", "copy_timing", "h2d_fns", "CopyComputeOverlap"]
+           "CopyTiming", "copy_timing", "h2d_fns", "CopyComputeOverlap", "QueuedCopyTiming", "queued_copy_timing",
+           "busy_work", "count_syncs", "hidden_share"]
 
 
 def _need_cuda(what: str) -> None:
@@ -114,7 +119,9 @@ class TrainLoop:
 
         log="item_twice": `total += loss.item()` and a progress-bar string from another `loss.item()` (2 syncs/step);
         "item_once": one `loss.item()` reused for both (1 sync/step); "gpu": losses summed on the GPU and read
-        once after the loop (1 sync per `steps` steps); "none": nothing read back.
+        once after the loop (1 sync per `steps` steps); "none": nothing read back; "cpu": `loss.cpu()` every step
+        (the guide's `.cpu()`, 1 sync/step); "branch": `if loss.sum() > 0:` every step (data-dependent control
+        flow, 1 sync/step). "none", "cpu" and "branch" return None.
         """
         if log not in LOG_MODES:
             raise ValueError(f"log={log!r}; allowed: {', '.join(LOG_MODES)}")
@@ -122,7 +129,7 @@ class TrainLoop:
             raise ValueError(f"mask={mask!r}; allowed: {', '.join(MASK_MODES)}")
         if not isinstance(steps, int) or steps <= 0:
             raise ValueError(f"steps={steps!r} must be a positive integer")
-        total, total_gpu = 0.0, None
+        total, total_gpu, positive = 0.0, None, 0
         for _ in range(steps):
             x, y, m = self.batches[self._i % len(self.batches)]
             self._i += 1
@@ -136,9 +143,14 @@ class TrainLoop:
                 self.last_postfix = f"loss={v:.4f}"
             elif log == "gpu":
                 total_gpu = loss if total_gpu is None else total_gpu + loss
+            elif log == "cpu":
+                self.last_postfix = f"loss={float(loss.cpu()):.4f}"  # float() of a host tensor: no second sync
+            elif log == "branch":
+                if loss.sum() > 0:  # Python needs the bool now: the CPU waits for the GPU
+                    positive += 1
         if log == "gpu":
             return total_gpu.item() / steps
-        return None if log == "none" else total / steps
+        return total / steps if log in ("item_twice", "item_once") else None
 
     def fn(self, steps: int, **kwargs: Any) -> Callable[[], float | None]:
         """A no-argument callable running `run(steps, **kwargs)`: what gl.before_after times."""
@@ -184,7 +196,42 @@ def eval_fn(model: torch.nn.Module, batches: list, *, transfer: str = "per_batch
     return run
 
 
+def count_syncs(variants: dict[str, Callable[[], Any]]) -> dict[str, int]:
+    """Synchronizing calls each variant makes in one run, from torch.cuda.set_sync_debug_mode("warn").
+
+    An exact count per variant (each warning is one synchronizing call); {} without CUDA, where there is no
+    device to wait for and the debug mode reports nothing.
+    """
+    from .profiling import find_syncs
+
+    if not torch.cuda.is_available():
+        return {}
+    return {name: len(find_syncs(fn)) for name, fn in variants.items()}
+
+
+def hidden_share(speedup: Estimate, overlapped_s: float, shorter: Estimate) -> Estimate:
+    """Percent of the shorter task (copy or compute) that overlap hid, with its interval.
+
+    serial - overlapped = overlapped * (speedup - 1); divided by the shorter task's time. The interval combines
+    the speedup's interval with the shorter task's quartiles (the widest ratio of the ends).
+    """
+    if not (overlapped_s > 0 and shorter.lo > 0):
+        raise ValueError("overlapped_s and the shorter task's times must be > 0")
+    saved = speedup.map(lambda r: (r - 1) * overlapped_s)
+    value = saved.value / shorter.value * 100
+    ends = [a / b * 100 for a in (saved.lo, saved.hi) for b in (shorter.lo, shorter.hi)] + [value]
+    return Estimate(value, min(ends), max(ends))
+
+
 # ---------------------------------------------------------------- host-to-device copies
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(q1, median, q3) of a non-empty list (inclusive method; one value is its own quartiles)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
 
 @dataclass
 class CopyTiming:
@@ -194,6 +241,7 @@ class CopyTiming:
     host_s: float  # median time until the call returned control to Python
     device_s: float  # median time the copy took on the GPU (CUDA events around it)
     nbytes: int
+    fractions: list[float] = field(default_factory=list)  # host time / device time of each repeat
 
     @property
     def gbs(self) -> float:
@@ -203,6 +251,13 @@ class CopyTiming:
     def host_fraction(self) -> float:
         """Host time over device time: near 0 means the call returned at once; near 1 means it waited."""
         return self.host_s / self.device_s
+
+    def fraction_estimate(self) -> Estimate:
+        """The per-repeat host/device fraction: median with its quartiles (the ratio of medians without repeats)."""
+        if not self.fractions:
+            return Estimate.exact(self.host_fraction)
+        q1, med, q3 = _quartiles(self.fractions)
+        return Estimate(med, q1, q3)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"gbs": self.gbs, "host_fraction": self.host_fraction}
@@ -227,7 +282,94 @@ def copy_timing(copy: Callable[[], Any], nbytes: int, *, label: str = "", repeat
         torch.cuda.synchronize()
         host.append(t1 - t0)
         dev.append(s.elapsed_time(e) / 1e3)
-    return CopyTiming(label, statistics.median(host), statistics.median(dev), nbytes)
+    return CopyTiming(label, statistics.median(host), statistics.median(dev), nbytes,
+                      fractions=[h / d for h, d in zip(host, dev)])
+
+
+@dataclass
+class QueuedCopyTiming:
+    """A copy issued behind queued GPU work: did the call return while the GPU was still busy (overlap),
+    or only after the queued work and the copy were done (no overlap)?"""
+
+    label: str
+    host_s: list[float]  # per repeat: time until the copy call returned
+    queued_s: list[float]  # per repeat: the queued work's time on the GPU
+    copy_s: list[float]  # per repeat: the copy's time on the GPU (from the end of the queued work)
+
+    @property
+    def waited(self) -> list[float]:
+        """Per repeat: host time / (queued work + copy) on the GPU. ~1: the call waited for both; ~0: it returned."""
+        return [h / (q + c) for h, q, c in zip(self.host_s, self.queued_s, self.copy_s)]
+
+    def estimate(self) -> Estimate:
+        """The waited fraction: median with its quartiles over the repeats."""
+        q1, med, q3 = _quartiles(self.waited)
+        return Estimate(med, q1, q3)
+
+    def medians(self) -> dict[str, float]:
+        """Median seconds of the call's return (host), the queued work and the copy (GPU)."""
+        return {"host_s": statistics.median(self.host_s), "queued_s": statistics.median(self.queued_s),
+                "copy_s": statistics.median(self.copy_s)}
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.estimate()
+        return asdict(self) | {"waited_median": e.value, "waited_q1": e.lo, "waited_q3": e.hi} | {
+            f"median_{k}": v for k, v in self.medians().items()}
+
+
+def busy_work(seconds: float, *, device: torch.device | str | None = None, size: int = 2048) -> Callable[[], None]:
+    """A callable that queues about `seconds` of GPU work (chained fp32 matmuls) and returns at once."""
+    _need_cuda("busy_work")
+    if not seconds > 0:
+        raise ValueError(f"seconds={seconds} must be > 0")
+    device = torch.device(device or "cuda")
+    a = torch.randn(size, size, device=device) / size**0.5
+    b = torch.empty_like(a)
+
+    def matmuls(n: int) -> None:
+        for _ in range(n):
+            torch.matmul(a, a, out=b)
+
+    matmuls(3)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    matmuls(10)
+    e.record()
+    torch.cuda.synchronize()
+    n = max(1, round(seconds / (s.elapsed_time(e) / 1e3 / 10)))
+    return lambda: matmuls(n)
+
+
+def queued_copy_timing(copy: Callable[[], Any], queue_work: Callable[[], Any], *, label: str = "",
+                       repeats: int = 10) -> QueuedCopyTiming:
+    """Queue `queue_work()` on the GPU, then call `copy()` at once and time how long the call takes to return.
+
+    A copy that overlaps returns while the queued work still runs; one that synchronizes (a "non_blocking"
+    copy from pageable memory, which CUDA stages through a pinned buffer after a stream sync) returns only
+    after the queued work and the copy are done.
+    """
+    _need_cuda("queued_copy_timing")
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats} must be >= 1")
+    queue_work()
+    copy()  # warm-up
+    torch.cuda.synchronize()
+    host, queued, copied = [], [], []
+    for _ in range(repeats):
+        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        torch.cuda.synchronize()
+        e0.record()
+        queue_work()
+        e1.record()
+        t0 = time.perf_counter()
+        copy()
+        t1 = time.perf_counter()  # the call has returned; nothing synchronized yet on our side
+        e2.record()
+        torch.cuda.synchronize()
+        host.append(t1 - t0)
+        queued.append(e0.elapsed_time(e1) / 1e3)
+        copied.append(e1.elapsed_time(e2) / 1e3)
+    return QueuedCopyTiming(label or getattr(copy, "__name__", "copy"), host, queued, copied)
 
 
 def h2d_fns(nbytes: int, device: torch.device | str | None = None) -> dict[str, Callable[[], Any]]:

@@ -72,3 +72,39 @@ def test_grad_accumulation_matches_one_big_batch():
     assert not bn["matches"]
     with pytest.raises(ValueError, match="micro_batches"):
         grad_accumulation_matches(lambda: MLP(10, 8, 4), x, y, nn.functional.cross_entropy, 5)
+
+
+def test_sweet_spot_reads_the_guides_table_as_32():
+    from gpulab.batchsize import sweet_spot
+    from gpulab.claims import Estimate
+
+    thr = {8: 120, 16: 220, 32: 380, 64: 480}  # guide §6.2: samples/s and GB per batch size
+    mem = {8: 12, 16: 18, 32: 28, 64: 45}
+    exact = {k: Estimate.exact(v) for k, v in thr.items()}
+    assert sweet_spot(list(thr), exact, mem) == Estimate(32, 32, 32)
+    # with +-10% throughput the 16 -> 32 step (1.73x throughput for 1.56x memory) could gain less than it costs
+    wide = {k: Estimate(v, 0.9 * v, 1.1 * v) for k, v in thr.items()}
+    s = sweet_spot(list(thr), wide, mem)
+    assert s.value == 32 and s.lo == 16 and s.hi == 32
+    assert sweet_spot([8, 16], exact, {}) is None  # no memory measured (a CPU run)
+    # throughput that keeps pace with memory to the end: the largest size
+    assert sweet_spot([8, 16], {8: Estimate.exact(1), 16: Estimate.exact(3)}, {8: 1, 16: 2}).value == 16
+
+
+def test_trace_estimate_and_difference():
+    from gpulab.batchsize import difference, trace_estimate
+    from gpulab.claims import Estimate
+    from gpulab.experiment import RunResult
+    from gpulab.monitor import Trace
+    from gpulab.timing import Measurement
+
+    trace = Trace(series={"nvml_util": [(0.0, 10.0), (0.2, 20.0), (0.4, 30.0), (0.6, 40.0)]},
+                  window={"gpm_sm_active": 55.0})
+    run = RunResult("r", Measurement("r", [1.0]), trace=trace)
+    e = trace_estimate(run, "nvml_util")
+    assert e.value == 25.0 and e.lo == pytest.approx(17.5) and e.hi == pytest.approx(32.5)
+    assert trace_estimate(run, "gpm_sm_active") == Estimate.exact(55.0)
+    assert trace_estimate(run, "cpu_percent") is None and trace_estimate(None, "nvml_util") is None
+    d = difference(Estimate(90, 85, 95), e)
+    assert d.value == 65 and d.lo == pytest.approx(85 - 32.5) and d.hi == pytest.approx(95 - 17.5)
+    assert difference(None, e) is None

@@ -113,3 +113,17 @@ def test_estimate_rejects_nan_and_maps_monotone_functions():
         Estimate(math.nan, 0, 1)
     e = Estimate(2.0, 1.5, 2.5).map(lambda x: 1 / x)
     assert e.lo == pytest.approx(0.4) and e.hi == pytest.approx(1 / 1.5)
+
+
+def test_agreement_between_two_runs():
+    from gpulab.claims import agreement
+
+    def c(text, verdict, side=None):
+        return {"text": text, "verdict": verdict, "side": side}
+
+    a = {"02": [c("x", "confirmed"), c("y", "refuted", "lower"), c("z", "inconclusive"), c("w", "confirmed")]}
+    b = {"02": [c("x", "confirmed"), c("y", "refuted", "higher"), c("z", "inconclusive"), c("w", "refuted", "lower")],
+         "03": [c("q", "confirmed")]}
+    r = agreement(a, b)
+    assert r["claims"] == 4 and r["same"] == 2 and r["share_same"] == 0.5
+    assert [f[1] for f in r["confirmed_vs_refuted"]] == ["w"]

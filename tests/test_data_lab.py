@@ -152,3 +152,11 @@ def test_denormalize_round_trips_the_dataset_normalization(tmp_path):
     ds = SyntheticImageDataset(tmp_path, n_images=2, size=16, augment=False)
     img = dl.denormalize(ds[0][0])
     assert img.shape == (16, 16, 3) and 0 <= img.min() and img.max() <= 1
+
+
+def test_epoch_start_ratio_has_an_interval():
+    s = dl.EpochStarts(num_workers=2, batch_size=4, batches_per_epoch=2,
+                       first_batch_s={"respawn": [1.0, 0.30, 0.20, 0.25], "persistent": [1.0, 0.10, 0.12, 0.11]})
+    e = s.ratio_estimate()
+    assert e.value == pytest.approx(0.25 / 0.11)
+    assert e.lo <= e.value <= e.hi and e.lo == pytest.approx(0.225 / 0.115) and e.hi == pytest.approx(0.275 / 0.105)

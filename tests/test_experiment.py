@@ -61,3 +61,18 @@ def test_before_after_rejects_bad_input_before_running(kwargs, match):
     with pytest.raises(ValueError, match=match):
         gl.before_after(lambda: calls.append(1), lambda: calls.append(2), **kwargs)
     assert not calls  # checked before any work starts
+
+
+def test_a_pipeline_comparison_takes_its_speed_from_the_windows():
+    """Two fed loops: the median call says 10x, the windows' wall time says 2x; the windows win."""
+    def side(label, times, windows):
+        return RunResult(label, Measurement(label, times, windows=windows), items=32, pipeline=True)
+
+    before = side("0 workers", [0.010] * 8, [(8, 0.8), (8, 0.82), (8, 0.78)])     # 0.1 s per batch by wall
+    after = side("4 workers", [0.001] * 8, [(8, 0.4), (8, 0.41), (8, 0.39)])      # bursty: 1 ms median call
+    cmp = Comparison("workers", before, after)
+    assert cmp.speedup == pytest.approx(2.0, rel=0.02)
+    lo, hi = cmp.estimate().interval
+    assert lo <= 2.0 <= hi and hi - lo < 0.2 and not cmp.within_noise
+    assert after.throughput == pytest.approx(32 / (1.2 / 24), rel=0.01)
+    assert after.seconds == pytest.approx(1.2 / 24)

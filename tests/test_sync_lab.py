@@ -95,9 +95,63 @@ def test_cuda_only_helpers_refuse_on_cpu():
         sl.copy_timing(lambda: None, 4)
     with pytest.raises(RuntimeError, match="CUDA"):
         sl.CopyComputeOverlap(2, 1)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        sl.busy_work(0.01)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        sl.queued_copy_timing(lambda: None, lambda: None)
 
 
 def test_copy_timing_properties():
     t = sl.CopyTiming("pinned", host_s=1e-5, device_s=1e-3, nbytes=10**6)
     assert t.gbs == pytest.approx(1.0) and t.host_fraction == pytest.approx(0.01)
     assert t.to_dict()["gbs"] == pytest.approx(1.0)
+
+
+def test_copy_timing_fraction_interval_from_repeats():
+    t = sl.CopyTiming("pageable", host_s=1e-3, device_s=1e-3, nbytes=10**6, fractions=[0.9, 1.0, 0.99, 0.98, 1.01])
+    e = t.fraction_estimate()
+    assert e.lo <= e.value <= e.hi and e.value == pytest.approx(0.99)
+    assert e.lo == pytest.approx(0.98) and e.hi == pytest.approx(1.0)
+    bare = sl.CopyTiming("x", host_s=2e-3, device_s=4e-3, nbytes=1)
+    assert bare.fraction_estimate().interval == (0.5, 0.5)  # no repeats kept: the ratio of medians, no spread
+
+
+def test_queued_copy_waited_fraction():
+    # pageable-like: the call returned only after 20 ms of queued work and a 5 ms copy
+    q = sl.QueuedCopyTiming("pageable", host_s=[0.025, 0.0249, 0.0251], queued_s=[0.02] * 3, copy_s=[0.005] * 3)
+    assert q.waited == pytest.approx([1.0, 0.996, 1.004])
+    e = q.estimate()
+    assert e.value == pytest.approx(1.0) and e.lo < 1.0 < e.hi
+    # pinned-like: it returned after 20 us while the GPU had 25 ms to go
+    p = sl.QueuedCopyTiming("pinned", host_s=[2e-5] * 4, queued_s=[0.02] * 4, copy_s=[0.005] * 4)
+    assert p.estimate().hi == pytest.approx(0.0008)
+    d = p.to_dict()
+    assert d["waited_median"] == pytest.approx(0.0008) and len(d["host_s"]) == 4
+    assert q.medians() == pytest.approx({"host_s": 0.025, "queued_s": 0.02, "copy_s": 0.005})
+    assert d["median_host_s"] == pytest.approx(2e-5)
+
+
+@pytest.mark.parametrize("log", ["cpu", "branch"])
+def test_sync_probe_modes_train_the_same(log):
+    a, b = _loop(), _loop()
+    assert a.run(2, log=log) is None
+    b.run(2, log="none")
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        torch.testing.assert_close(pa, pb)
+    assert _loop().fn(1, log="cpu")() is None
+
+
+def test_hidden_share_interval():
+    from gpulab.claims import Estimate
+    # serial 21 ms, overlapped 12 ms, the shorter task 10 ms: 9 ms of it hidden, 90%
+    e = sl.hidden_share(Estimate(21 / 12, 20 / 12, 22 / 12), 0.012, Estimate(0.010, 0.0095, 0.0105))
+    assert e.value == pytest.approx(90.0)
+    assert e.lo == pytest.approx(8 / 10.5 * 100) and e.hi == pytest.approx(10 / 9.5 * 100)
+    with pytest.raises(ValueError):
+        sl.hidden_share(Estimate.exact(2.0), 0.0, Estimate.exact(1.0))
+
+
+def test_count_syncs_is_empty_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU path")
+    assert sl.count_syncs({"item": lambda: torch.ones(1).item()}) == {}

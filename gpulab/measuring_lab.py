@@ -1,0 +1,216 @@
+"""Lessons of the measuring notebooks (01, 02): intervals for monitor readings and derived ratios, NVML's
+utilization against short bursts of work whose busy time is known, and the course's optimised training loop.
+
+    from gpulab import measuring_lab as ms
+    ms.samples_estimate(run.trace, "nvml_util")      # mean of NVML's samples, interval from their quartiles
+    ms.gpm_estimate(gl.watch(fn), "gpm_tensor_active")  # whole-window GPM value, interval from its 1 s readings
+    ms.mfu_estimate(run, peak_tflops=989)           # MFU in % with the interval of the step's timings
+    bursts = ms.run_bursts(work, per_call_s, burst_ms=2, gap_ms=18)   # NVML vs the known busy share
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from .claims import Estimate
+from .device import DeviceInfo, get_device
+from .monitor import Monitor, Trace
+from .timing import quantiles
+
+# ---------------------------------------------------------------- intervals for what a run read
+
+
+def samples_estimate(trace: Trace | None, metric: str) -> Estimate | None:
+    """Mean of `metric`'s samples over the window; its interval is the samples' interquartile range
+    (widened to hold the mean). None when the metric has no samples."""
+    vals = trace.values(metric) if trace is not None else []
+    if not vals:
+        return None
+    mean = statistics.fmean(vals)
+    q1, _, q3 = quantiles(vals)
+    return Estimate(mean, min(q1, mean), max(q3, mean))
+
+
+def gpm_estimate(trace: Trace | None, metric: str) -> Estimate | None:
+    """The whole-window GPM value of `metric`, its interval the range of the per-interval readings (about 1 s
+    each) inside the window. Without a whole-window value: the samples' estimate; None when not read."""
+    if trace is None:
+        return None
+    v = trace.window.get(metric)
+    if v is None:
+        return samples_estimate(trace, metric)
+    vals = trace.values(metric) + [v]
+    return Estimate(v, min(vals), max(vals))
+
+
+def ratio(a: Estimate, b: Estimate) -> Estimate:
+    """a / b of two positive estimates, the interval from both ends (a.lo / b.hi to a.hi / b.lo)."""
+    if min(a.lo, b.lo) <= 0:
+        raise ValueError(f"ratio needs positive estimates, got {a!r} and {b!r}")
+    return Estimate(a.value / b.value, a.lo / b.hi, a.hi / b.lo)
+
+
+def difference(a: Estimate, b: Estimate) -> Estimate:
+    """a - b, the interval from both ends (a.lo - b.hi to a.hi - b.lo)."""
+    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
+
+
+def mfu_estimate(run: Any, peak_tflops: float | None) -> Estimate | None:
+    """MFU in % of `peak_tflops` of a RunResult, the interval from its timings' quartiles; None without a peak."""
+    if not peak_tflops or not getattr(run, "flops", None):
+        return None
+    flops = run.flops
+    return run.measurement.estimate().map(lambda t: 100 * flops / t / 1e12 / peak_tflops)
+
+
+def tflops_ratio(cmp: Any) -> Estimate:
+    """after TFLOP/s ÷ before TFLOP/s of a Comparison whose sides do different FLOPs, with the interval of the
+    speedup (paired rounds or quartiles): TFLOP/s ratio = speedup × after FLOPs / before FLOPs."""
+    fb, fa = cmp.before.flops, cmp.after.flops
+    if not fb or not fa:
+        raise ValueError("both sides of the comparison need flops for a TFLOP/s ratio")
+    return cmp.estimate().map(lambda s: s * fa / fb)
+
+
+def sample_period(traces: Sequence[Trace]) -> Estimate | None:
+    """Spacing of NVML's buffered utilization samples (the driver's sample period): median and quartiles."""
+    gaps = []
+    for tr in traces:
+        ts = [t for t, _ in (tr.series.get("nvml_util", []) if tr is not None else [])]
+        gaps += [b - a for a, b in zip(ts, ts[1:]) if b > a]
+    if len(gaps) < 3:
+        return None
+    q1, med, q3 = quantiles(gaps)
+    return Estimate(med, q1, q3)
+
+
+# ---------------------------------------------------------------- NVML against short bursts
+
+
+def busy_overlap(busy: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
+    """Seconds of the intervals in `busy` that fall inside (t0, t1]."""
+    return sum(max(0.0, min(e, t1) - max(s, t0)) for s, e in busy)
+
+
+def burst_periods(samples: Sequence[tuple[float, float]], busy: Sequence[tuple[float, float]], start: float,
+                  end: float) -> list[tuple[float, float, float, float]]:
+    """Pair each NVML sample with the true busy share of the period it covers.
+
+    A sample at time t reports the period since the previous sample. Only periods lying wholly inside
+    [start, end] are kept. Returns (period start, period end, NVML %, true busy %) per period.
+    """
+    pts = sorted(samples)
+    out = []
+    for (ta, _), (tb, v) in zip(pts, pts[1:]):
+        if tb > ta and ta >= start and tb <= end:
+            out.append((ta, tb, float(v), 100 * busy_overlap(busy, ta, tb) / (tb - ta)))
+    return out
+
+
+@dataclass
+class BurstRun:
+    """Bursts of GPU work of `burst_ms` separated by `gap_ms` idle, and what NVML read meanwhile."""
+
+    burst_ms: float
+    gap_ms: float
+    busy: list[tuple[float, float]] = field(default_factory=list)  # GPU busy intervals, seconds
+    periods: list[tuple[float, float, float, float]] = field(default_factory=list)  # from burst_periods
+
+    @property
+    def true_busy_pct(self) -> float | None:
+        """Share of the sampled periods' time during which the GPU was running a burst (%)."""
+        total = sum(b - a for a, b, _, _ in self.periods)
+        return sum((b - a) * t for a, b, _, t in self.periods) / total if total else None
+
+    @property
+    def nvml_pct(self) -> float | None:
+        """NVML's utilization over the same periods, time-weighted (%)."""
+        total = sum(b - a for a, b, _, _ in self.periods)
+        return sum((b - a) * v for a, b, v, _ in self.periods) / total if total else None
+
+    @property
+    def missed_periods(self) -> int:
+        """Periods in which the GPU ran bursts but NVML read 0%."""
+        return sum(1 for _, _, v, t in self.periods if t > 0 and v == 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"true_busy_pct": self.true_busy_pct, "nvml_pct": self.nvml_pct,
+                               "missed_periods": self.missed_periods}
+
+
+def captured_share(runs: Sequence[BurstRun]) -> Estimate | None:
+    """Share of the bursts' busy time that NVML reported: NVML-weighted time over true busy time, pooled
+    over `runs`; its interval the interquartile range of the per-period ratios. None under 3 periods."""
+    periods = [p for r in runs for p in r.periods if p[3] > 0]
+    if len(periods) < 3:
+        return None
+    pooled = sum((b - a) * v for a, b, v, _ in periods) / sum((b - a) * t for a, b, _, t in periods)
+    q1, _, q3 = quantiles([v / t for _, _, v, t in periods])
+    return Estimate(pooled, min(q1, pooled), max(q3, pooled))
+
+
+def run_bursts(work: Callable[[], Any], per_call_s: float, *, burst_ms: float, gap_ms: float,
+               seconds: float = 2.0, device: DeviceInfo | None = None, nvml: Any = None) -> BurstRun:
+    """Run bursts of `work` (each about `burst_ms` of GPU time) separated by `gap_ms` of idle, for `seconds`,
+    under a Monitor; return each burst's GPU busy interval (CUDA events, ending when the sync returns) paired
+    with NVML's samples. `per_call_s` is one call's time, to size the bursts. Needs a CUDA GPU with NVML
+    (`nvml` replaces pynvml, for tests)."""
+    import torch
+
+    device = device or get_device()
+    for name, v in (("per_call_s", per_call_s), ("burst_ms", burst_ms), ("gap_ms", gap_ms), ("seconds", seconds)):
+        if not (isinstance(v, (int, float)) and 0 < v < float("inf")):
+            raise ValueError(f"{name}={v!r} must be a finite number > 0")
+    if not device.is_cuda:
+        raise ValueError("run_bursts needs a CUDA GPU: NVML reads a GPU's kernels")
+    calls = max(1, round(burst_ms / 1e3 / per_call_s))
+    work()
+    torch.cuda.synchronize()
+    run = BurstRun(burst_ms=burst_ms, gap_ms=gap_ms)
+    with Monitor(device, gpm=False, cpu=False, nvml=nvml) as mon:
+        t0 = mon._t0_epoch  # NVML's sample times are epoch-based; the monitor counts from this instant
+        stop = time.time() + seconds
+        while time.time() < stop:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                work()
+            end.record()
+            end.synchronize()
+            done = time.time() - t0
+            run.busy.append((done - start.elapsed_time(end) / 1e3, done))
+            time.sleep(gap_ms / 1e3)
+    run.periods = burst_periods(mon.trace.series.get("nvml_util", []), run.busy, run.busy[0][0], run.busy[-1][1])
+    return run
+
+
+def bursts_html(runs: Sequence[BurstRun]) -> str:
+    """A table of burst patterns: burst and gap, periods sampled, true busy share, NVML's reading, misses."""
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.1f}%"
+
+    rows = "".join(f"<tr><td>{r.burst_ms:g} ms</td><td>{r.gap_ms:g} ms</td><td>{len(r.periods)}</td>"
+                   f"<td>{pct(r.true_busy_pct)}</td><td>{pct(r.nvml_pct)}</td><td>{r.missed_periods}</td></tr>"
+                   for r in runs)
+    return ("<table><tr><th>burst</th><th>idle gap</th><th>NVML periods</th><th>GPU busy (events)</th>"
+            f"<th>NVML utilization.gpu</th><th>periods read as 0%</th></tr>{rows}</table>")
+
+
+# ---------------------------------------------------------------- the course's optimised training loop
+
+
+def optimised_config(model: Any, *, batch_size: int, grad_accum: int, num_workers: int, compile: bool,
+                     device: DeviceInfo | None = None) -> Any:
+    """Notebook 08's final training configuration for a GPT of shape `model` (a GPTConfig): BF16 weights with
+    FP32 master weights, fused AdamW, flash (or cuDNN) attention, the fused lm_head + loss, no per-step
+    syncs, DataLoader workers with pinned memory, a padded vocabulary and (with `compile`) torch.compile."""
+    from . import training as T  # the training loop is a workload: imported only when asked for
+
+    device = device or get_device()
+    naive = T.TrainConfig(model=model, batch_size=batch_size)
+    cudnn = T.cudnn_attention_available(device.torch_device)[0] if device.is_cuda else False
+    steps = T.waterfall_configs(naive, batch_size=batch_size, grad_accum=grad_accum, num_workers=num_workers,
+                                compile=compile, cudnn_attention=cudnn, fused_loss=True, bf16_weights=True)
+    return steps[-1][1]

@@ -1,0 +1,327 @@
+"""A step tracker for any training loop: GPU time per step without a sync, throughput, TFLOP/s and MFU.
+
+    with gl.track(flops_per_step=f, items_per_step=tokens, dtype="bf16", log_every=50) as t:
+        for batch in loader:
+            train_step(batch)
+            t.step()
+
+Each `step()` records one CUDA event on the current stream and returns at once. The time between two
+consecutive events is the step's time on the GPU's timeline (idle gaps included, so it is the step's real
+period). Events are read a few steps later, only once `event.query()` says the GPU has passed them, so the
+tracker never makes the CPU wait. `stop()` waits once for the last event. On a CPU the events are host
+clock readings (CPU work is synchronous). The event factory and the clock can be injected (tests).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import time
+import warnings
+from collections import deque
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .flops import mfu as _mfu
+
+CSV_FIELDS = ("step", "gpu_ms", "host_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active")
+
+
+@dataclass
+class StepRecord:
+    """One step as measured: its GPU time, host time, throughput, TFLOP/s, MFU and the monitor's last readings."""
+
+    step: int
+    gpu_ms: float
+    host_ms: float | None = None
+    items_per_s: float | None = None
+    tflops: float | None = None
+    mfu: float | None = None
+    nvml_util: float | None = None
+    gpm_sm_active: float | None = None
+
+
+class HostEvent:
+    """A stand-in for torch.cuda.Event on a CPU: records a clock reading; always complete."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self._clock, self.t = clock, None
+
+    def record(self, stream: Any = None) -> None:
+        self.t = self._clock()
+
+    def query(self) -> bool:
+        return self.t is not None
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.t - self.t) * 1e3
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _default_event_factory(cuda: bool, clock: Callable[[], float]) -> Callable[[], Any]:
+    if cuda:
+        return lambda: torch.cuda.Event(enable_timing=True)
+    return lambda: HostEvent(clock)
+
+
+class StepTracker:
+    """Tracks the steps of a training loop; see the module docstring. Use `track(...)` to make one.
+
+    Args:
+        flops_per_step: model FLOPs of one step (from `count_flops` or a formula), for TFLOP/s and MFU.
+        items_per_step: tokens or samples per step, for throughput (`step(items=...)` overrides it per step).
+        dtype: the dtype the matmuls run in; picks the device's datasheet dense peak for MFU.
+        peak_tflops, peak_name: a peak to use instead (e.g. a measured one) and what to call it.
+        log_every: print one line every N measured steps (0: never).
+        csv_path: append one row per measured step to this CSV file.
+        tensorboard: a log directory or a SummaryWriter; scalars under "tracker/".
+        plot: draw one figure in Jupyter, updated in place every `plot_every_s` seconds.
+        monitor: a running `gl.Monitor` (or True to start one) whose latest NVML/GPM readings go with each step.
+        event_factory, clock, printer: injectable for tests (default: CUDA events, perf_counter, print).
+    """
+
+    def __init__(self, *, flops_per_step: float | None = None, items_per_step: float | None = None,
+                 item_name: str = "tokens", dtype: str | None = None, peak_tflops: float | None = None,
+                 peak_name: str = "", log_every: int = 0, csv_path: str | Path | None = None,
+                 tensorboard: Any = None, plot: bool = False, plot_every_s: float = 1.0, monitor: Any = None,
+                 device: Any = None, event_factory: Callable[[], Any] | None = None,
+                 clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print):
+        for name, v in (("flops_per_step", flops_per_step), ("items_per_step", items_per_step),
+                        ("peak_tflops", peak_tflops)):
+            if v is not None and (not isinstance(v, (int, float)) or not v > 0):
+                raise ValueError(f"{name}={v!r} must be a positive number or None")
+        if not isinstance(log_every, int) or log_every < 0:
+            raise ValueError(f"log_every={log_every!r} must be an integer >= 0")
+        if plot_every_s <= 0:
+            raise ValueError(f"plot_every_s={plot_every_s} must be > 0")
+        from .device import get_device
+
+        self.device = device or get_device()
+        if dtype is not None and peak_tflops is None:
+            from .device import check_dtype
+
+            dtype = check_dtype(dtype)
+            peak_tflops = self.device.datasheet_tflops(dtype)
+            peak_name = peak_name or f"{self.device.name} {dtype} datasheet dense peak"
+        self.flops, self.items, self.item_name = flops_per_step, items_per_step, item_name
+        self.peak_tflops, self.peak_name = peak_tflops, peak_name or ("" if peak_tflops is None else "given peak")
+        self.log_every, self.plot, self.plot_every_s = log_every, plot, plot_every_s
+        self.csv_path = Path(csv_path) if csv_path else None
+        self._tb_arg, self.monitor, self._own_monitor = tensorboard, monitor, False
+        self.clock, self.printer = clock, printer
+        cuda = self.device.is_cuda and event_factory is None
+        self.event_factory = event_factory or _default_event_factory(cuda, clock)
+        self.timer = "cuda events" if cuda else ("injected events" if event_factory else "host clock")
+        self.records: list[StepRecord] = []
+        self.notes: list[str] = []
+        self._pending: deque[tuple[int, Any, Any, float, float | None]] = deque()
+        self._prev_event, self._prev_host, self._n = None, None, 0
+        self._writer, self._csv, self._display, self._last_plot = None, None, None, -math.inf
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> StepTracker:
+        """Record the first event: the next `step()` closes step 1."""
+        if self._started:
+            raise RuntimeError("this tracker is already running; make a new one for a new loop")
+        self._started = True
+        if self.monitor is True:
+            from .monitor import Monitor
+
+            self.monitor, self._own_monitor = Monitor(self.device).start(), True
+        self._open_outputs()
+        self._prev_event, self._prev_host = self._record(), self.clock()
+        return self
+
+    def step(self, items: float | None = None) -> None:
+        """Mark the end of a step (and the start of the next). Never waits for the GPU."""
+        if not self._started:
+            self.start()
+        ev, now = self._record(), self.clock()
+        self._n += 1
+        self._pending.append((self._n, self._prev_event, ev, (now - self._prev_host) * 1e3,
+                              items if items is not None else self.items))
+        self._prev_event, self._prev_host = ev, now
+        self._drain(block=False)
+
+    def stop(self) -> list[StepRecord]:
+        """Wait once for the last step's event, read every pending step, close the outputs."""
+        if not self._started:
+            raise RuntimeError("stop() called before start()")
+        self._drain(block=True)
+        self._flush_outputs(force=True)
+        if self._own_monitor:
+            self.monitor.stop()
+        if self._csv is not None:
+            self._csv.close()
+            self._csv = None
+        if self._writer is not None:
+            self._writer.flush()
+        self._started = False
+        return self.records
+
+    def __enter__(self) -> StepTracker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- measuring ------------------------------------------------------------------------------------
+    def _record(self) -> Any:
+        ev = self.event_factory()
+        ev.record()
+        return ev
+
+    def _drain(self, block: bool) -> None:
+        """Read every pending step whose end event the GPU has passed; with `block`, wait for the last one."""
+        if block and self._pending:
+            self._pending[-1][2].synchronize()
+        new = []
+        while self._pending and self._pending[0][2].query():
+            n, start, end, host_ms, items = self._pending.popleft()
+            new.append(self._make_record(n, start.elapsed_time(end), host_ms, items))
+        if new:
+            self.records.extend(new)
+            self._emit(new)
+
+    def _latest(self, metric: str) -> float | None:
+        trace = getattr(self.monitor, "trace", None)
+        series = trace.series.get(metric) if trace is not None else None
+        return series[-1][1] if series else None
+
+    def _make_record(self, n: int, gpu_ms: float, host_ms: float, items: float | None) -> StepRecord:
+        s = gpu_ms / 1e3
+        ok = s > 0
+        tflops = self.flops / s / 1e12 if self.flops and ok else None
+        mfu = None
+        if self.flops and self.peak_tflops and ok:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # one odd step must not flood the log; the summary warns
+                mfu = _mfu(self.flops, s, self.peak_tflops)
+        return StepRecord(step=n, gpu_ms=gpu_ms, host_ms=host_ms, items_per_s=items / s if items and ok else None,
+                          tflops=tflops, mfu=mfu, nvml_util=self._latest("nvml_util"),
+                          gpm_sm_active=self._latest("gpm_sm_active"))
+
+    # -- outputs --------------------------------------------------------------------------------------
+    def _open_outputs(self) -> None:
+        if self.csv_path is not None:
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
+            self._csv = open(self.csv_path, "a", newline="")
+            self._csv_writer = csv.DictWriter(self._csv, fieldnames=CSV_FIELDS)
+            if new:
+                self._csv_writer.writeheader()
+        if self._tb_arg is not None:
+            if hasattr(self._tb_arg, "add_scalar"):
+                self._writer = self._tb_arg
+            else:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+                    self._writer = SummaryWriter(str(self._tb_arg))
+                except ImportError as e:  # tensorboard is optional
+                    self._note(f"TensorBoard logging off: {e} (pip install tensorboard)")
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        self.printer(text)
+
+    def _emit(self, new: list[StepRecord]) -> None:
+        for r in new:
+            if self._csv is not None:
+                self._csv_writer.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})
+            if self._writer is not None:
+                for k in ("gpu_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active"):
+                    v = getattr(r, k)
+                    if v is not None:
+                        self._writer.add_scalar(f"tracker/{k}", v, r.step)
+            if self.log_every and r.step % self.log_every == 0:
+                self.printer(self.log_line(r))
+        if self._csv is not None:
+            self._csv.flush()
+        self._flush_outputs(force=False)
+
+    def _flush_outputs(self, force: bool) -> None:
+        if not self.plot or not self.records:
+            return
+        now = self.clock()
+        if not force and now - self._last_plot < self.plot_every_s:
+            return
+        self._last_plot = now
+        from . import plots
+
+        fig = plots.tracker_figure(self)
+        try:
+            from IPython.display import display
+
+            if self._display is None:
+                self._display = display(fig, display_id=True)
+            else:
+                self._display.update(fig)
+        except ImportError:
+            pass
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)  # shown through the display handle only: no second copy at the end of the cell
+
+    def log_line(self, r: StepRecord) -> str:
+        """One line for a script's log."""
+        parts = [f"step {r.step}", f"{r.gpu_ms:.2f} ms"]
+        if r.items_per_s is not None:
+            parts.append(f"{r.items_per_s:,.0f} {self.item_name}/s")
+        if r.tflops is not None:
+            parts.append(f"{r.tflops:,.1f} TFLOP/s")
+        if r.mfu is not None:
+            parts.append(f"MFU {r.mfu:.1%}")
+        if r.nvml_util is not None:
+            parts.append(f"NVML {r.nvml_util:.0f}%")
+        if r.gpm_sm_active is not None:
+            parts.append(f"SM active {r.gpm_sm_active:.0f}%")
+        return " | ".join(parts)
+
+    # -- results --------------------------------------------------------------------------------------
+    def summary(self, skip: int = 0) -> dict[str, Any]:
+        """Medians over the measured steps (after the first `skip`), with the GPU time's quartiles."""
+        rs = self.records[skip:]
+        if not rs:
+            return {"steps": 0}
+        med = lambda k: (statistics.median(v) if (v := [getattr(r, k) for r in rs if getattr(r, k) is not None])  # noqa: E731
+                         else None)
+        gpu = sorted(r.gpu_ms for r in rs)
+        q = statistics.quantiles(gpu, n=4, method="inclusive") if len(gpu) > 1 else [gpu[0]] * 3
+        total_s = sum(gpu) / 1e3
+        flops_rate = self.flops * len(rs) / total_s / 1e12 if self.flops and total_s > 0 else None
+        return {"steps": len(rs), "gpu_ms_median": q[1], "gpu_ms_q1": q[0], "gpu_ms_q3": q[2],
+                "host_ms_median": med("host_ms"), "items_per_s_median": med("items_per_s"),
+                "tflops_median": med("tflops"), "mfu_median": med("mfu"),
+                "tflops_window": flops_rate,
+                "mfu_window": flops_rate / self.peak_tflops if flops_rate and self.peak_tflops else None,
+                "peak_tflops": self.peak_tflops, "peak_name": self.peak_name, "timer": self.timer,
+                "notes": list(self.notes)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "records": [asdict(r) for r in self.records]}
+
+
+def track(**kwargs: Any) -> StepTracker:
+    """A `StepTracker` for your loop (see its arguments); use it as a context manager and call `.step()`."""
+    return StepTracker(**kwargs)
+
+
+def read_csv(path: str | Path) -> list[StepRecord]:
+    """The step records a tracker wrote to `path` (empty cells read back as None)."""
+    types = {f.name: f.type for f in fields(StepRecord)}
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            vals: dict[str, Any] = {}
+            for k, v in row.items():
+                if k not in types:
+                    continue
+                vals[k] = int(v) if k == "step" else (None if v == "" else float(v))
+            out.append(StepRecord(**vals))
+    return out

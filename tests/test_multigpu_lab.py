@@ -1,0 +1,106 @@
+"""Notebook 10's math on CPU: bus bandwidth, the link table, overlap, intervals over rounds."""
+from __future__ import annotations
+
+import pytest
+
+from gpulab import multigpu_lab as L
+from gpulab import multigpu_report as R
+
+
+def test_bus_bandwidth_is_algbw_times_2_n_minus_1_over_n():
+    assert L.bus_bandwidth_gbs(1e9, 1.0, 2) == pytest.approx(1.0)  # n=2: busbw = algbw
+    assert L.bus_bandwidth_gbs(1e9, 1.0, 8) == pytest.approx(1.75)
+    assert L.bus_bandwidth_gbs(4e9, 2.0, 4) == pytest.approx(2.0 * 1.5)
+    assert L.bus_bandwidth_gbs(1e9, 1.0, 1) == 0.0
+    with pytest.raises(ValueError, match="world_size"):
+        L.bus_bandwidth_gbs(1e9, 1.0, 0)
+    with pytest.raises(ValueError, match="seconds"):
+        L.bus_bandwidth_gbs(1e9, 0.0, 2)
+
+
+class FakeNVML:
+    NVML_NVLINK_MAX_LINKS = 18
+    NVML_FEATURE_ENABLED = 1
+
+    def __init__(self, links=0, version=6, gen=5, width=16):
+        self.links, self.version, self.gen, self.width = links, version, gen, width
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if link >= self.links:
+            raise RuntimeError("NotSupported")
+        return 1
+
+    def nvmlDeviceGetNvLinkVersion(self, h, link):
+        return self.version
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return 1  # an idle link trains down
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self.gen
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self.width
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self.width
+
+
+def test_link_limit_nvlink4_h100_is_18_links_of_25_gbs():
+    info = L.link_limit(0, nvml=FakeNVML(links=18, version=6))
+    assert info.kind == "nvlink" and info.limit_gbs == pytest.approx(450.0) and "4.0" in info.detail
+
+
+def test_link_limit_falls_back_to_pcie_and_to_none():
+    info = L.link_limit(0, nvml=FakeNVML(links=0, gen=5, width=16))
+    assert info.kind == "pcie" and info.limit_gbs == pytest.approx(16 * 3.938)
+    assert L.link_limit(None).limit_gbs is None
+    assert L.link_limit(0, nvml=FakeNVML(links=2, version=99)).limit_gbs is None  # unknown version: no guess
+
+
+def test_overlap_fraction():
+    assert L.overlap_fraction([(0, 10)], [(0, 5), (4, 8)]) == pytest.approx(0.8)
+    assert L.overlap_fraction([(10, 20)], [(0, 5)]) == 0.0
+    assert L.overlap_fraction([], [(0, 5)]) is None
+
+
+def _rank(times):
+    return {"world_size": 2, "sizes": [{"bytes": 2**30, "iters": 10, "times_s": times}]}
+
+
+def test_allreduce_table_takes_the_slowest_rank_per_round():
+    rows = R.allreduce_table([_rank([1.0, 2.0, 1.0]), _rank([2.0, 1.0, 1.0])])
+    (row,) = rows
+    assert row["time_us"] == pytest.approx(2e6)  # rounds: 2, 2, 1 -> median 2
+    assert row["busbw_gbs"] == pytest.approx(2**30 / 2.0 / 1e9)
+    assert row["busbw_low"] <= row["busbw_gbs"] <= row["busbw_high"]
+
+
+def _train(world, step_s, tokens=100, mem=None):
+    conf = {"label": "x", "step_s": step_s, "tokens_per_step": tokens, "flops_per_token": 1e9, "loss": 1.0,
+            "peak_memory_gb": mem, "matmul_dtype": "bf16"}
+    return [{"world_size": world, "configs": [conf]} for _ in range(world)]
+
+
+def test_scaling_efficiency_and_its_interval():
+    one = R.train_table(_train(1, [1.0, 1.0, 1.0]), peak_tflops=None)[0]
+    two = R.train_table(_train(2, [1.1, 1.0, 1.2]), peak_tflops=100.0)[0]
+    eff, lo, hi = R.scaling_efficiency(one, two)
+    assert eff == pytest.approx(1 / 1.1) and lo <= eff <= hi
+    assert two["mfu_per_gpu"] == pytest.approx(1e9 * 100 / 1.1 / 100e12)
+    cmp = R.as_comparison("1 -> 2", one, two, peak_tflops=100.0, device="test")
+    assert cmp.speedup == pytest.approx(2 / 1.1)
+
+
+def test_claim_helpers_work_with_the_claim_class_in_use():
+    c = R.check(R.claim("goal", low=70, unit="%"), 80.0, (75.0, 85.0), note="n", measurement="m")
+    assert c.verdict == "confirmed" and c.measured == 80.0
+    c = R.not_comparable(R.claim("other system", low=40, high=60, unit="%"), 12.0, "another GPU")
+    assert c.verdict in ("not comparable", "not tested") and "another GPU" in c.note
+    assert R.check(R.claim("x", low=1), None, None).verdict == "not tested"

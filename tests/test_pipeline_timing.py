@@ -1,0 +1,134 @@
+"""Pipeline throughput of a fed training loop, on a fake clock with a bursty producer (no real time, no GPU)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpulab import data_lab as dl
+from gpulab.claims import Estimate
+from gpulab.timing import benchmark
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class BurstyLoader:
+    """k workers each loading one batch in `load_s`; at most k × prefetch_factor batches in flight (a new
+    index is handed out each time a batch is taken, as DataLoader does). Batches of one round of workers
+    arrive together: a burst every `load_s`, then nothing."""
+
+    def __init__(self, clock: FakeClock, num_workers: int, load_s: float, prefetch_factor: int = 2):
+        self.clock, self.num_workers, self.load_s, self.prefetch_factor = clock, num_workers, load_s, prefetch_factor
+        self.ready: list[float] = []  # when batch i is ready
+        self.taken: list[float] = []  # when batch i was taken
+
+    def _ready_time(self, i: int) -> float:
+        cap = self.num_workers * self.prefetch_factor
+        dispatched = 0.0 if i < cap else self.taken[i - cap]  # its index goes out when batch i - cap is taken
+        free = self.ready[i - self.num_workers] if i >= self.num_workers else 0.0  # its worker's last batch
+        return max(dispatched, free) + self.load_s
+
+    def __iter__(self):
+        x, y = torch.ones(4, 2), torch.zeros(4, dtype=torch.long)
+        while True:
+            i = len(self.ready)
+            self.ready.append(self._ready_time(i))
+            self.clock.t = max(self.clock.t, self.ready[i])  # wait for it
+            self.taken.append(self.clock.t)
+            yield x, y
+
+
+def _fed(clock, workers=8, load_s=0.1, step_s=0.002):
+    def step(x, y):
+        clock.t += step_s  # the GPU step: fast, so loading is the bottleneck
+
+    return dl.Feed(BurstyLoader(clock, workers, load_s), step, "cpu", clock=clock)
+
+
+def test_median_call_overstates_a_bursty_pipeline_and_the_window_does_not():
+    clock = FakeClock()
+    feed = _fed(clock)  # 8 workers × 1 batch / 0.1 s = 80 batches/s at most; the step could take 500/s
+    feed.settle()
+    m = benchmark(lambda: feed.run(2), min_time_s=5.0, warmup_s=0, clock=clock)
+    true_rate = 80.0
+    median_rate = 2 / m.median
+    window = m.window_rate(items_per_call=2)
+    assert median_rate > 2 * true_rate  # 3 calls in 4 find a burst waiting: the median call is fast
+    assert window.value == pytest.approx(true_rate, rel=0.05)
+
+
+def test_settle_keeps_a_backlog_out_of_the_window():
+    clock = FakeClock()
+    feed = _fed(clock, workers=8, load_s=0.1)
+    assert feed.queue_capacity == 16
+
+    def short_window():  # a short interleaved round, as before_after's rounds are
+        return benchmark(lambda: feed.run(2), min_time_s=0.02, warmup_s=0, clock=clock).window_rate(2).value
+
+    feed.run(40)
+    clock.t += 10.0  # idle while the other side of an experiment ran: 16 batches pile up
+    backlog = short_window()
+    feed.run(40)
+    clock.t += 10.0
+    feed.settle()
+    settled = short_window()
+    assert backlog > 3 * 80.0  # the window ran on batches loaded during the idle time
+    assert settled == pytest.approx(80.0, rel=0.25)  # ten batches: a burst of eight more or less
+
+
+def test_feed_counts_its_data_wait():
+    clock = FakeClock()
+    starved = _fed(clock, workers=1, load_s=0.05, step_s=0.01)  # a batch every 50 ms, a 10 ms step
+    starved.settle()
+    w0, b0 = starved.wait_s, starved.batches
+    starved.run(20)
+    assert (starved.wait_s - w0) / (starved.batches - b0) == pytest.approx(0.04, rel=0.01)  # 50 - 10 ms
+    fed = _fed(clock, workers=8, load_s=0.05, step_s=0.01)  # 160 batches/s loaded, 100/s trained
+    fed.settle()
+    w0, b0 = fed.wait_s, fed.batches
+    fed.run(40)
+    assert (fed.wait_s - w0) / (fed.batches - b0) < 0.002
+
+
+def test_compare_feeds_is_a_pipeline_comparison_on_cpu():
+    batches = dl.random_image_batches(2, 4, 8)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
+    step = dl.cnn_train_step(model, "cpu")
+    with dl.Feed(dl.cycle(batches), step, "cpu") as a, dl.Feed(dl.cycle(batches), step, "cpu") as b:
+        cmp = dl.compare_feeds(a, b, 2, name="same loop twice", items=8, rounds=2, min_time_s=0.02,
+                               kind="demonstration")
+    assert cmp.kind == "demonstration" and cmp.before.pipeline and cmp.after.pipeline
+    assert len(cmp.before.measurement.windows) == 3  # the main window and two rounds
+    assert len(cmp.before.measurement.meta["data_wait_s_per_batch"]) == 3
+    r = cmp.throughput_ratio()
+    assert r.lo <= r.value <= r.hi and dl.data_wait(cmp.after).value >= 0
+
+
+def test_ratio_share_and_knee_estimates():
+    e = Estimate
+    assert dl.ratio(e(10, 9, 11), e(5, 4, 5)).interval == pytest.approx((9 / 5, 11 / 4))
+    assert dl.ratio(None, e(1, 1, 1)) is None
+    rates = {0: e(100, 95, 105), 4: e(300, 280, 320), 8: e(330, 300, 340), 16: e(320, 310, 335)}
+    s = dl.share_of_best(rates, 8)
+    assert s.value == 1.0 and s.hi == 1.0 and s.lo == pytest.approx(300 / 340)
+    k = dl.knee_estimate(rates, 0.95)
+    assert k.value == 8 and k.lo == 4 and k.hi == 16  # 4 could be within 5%; 16 surely is (310 >= 0.95 × 340)
+    assert dl.knee_estimate({}) is None and dl.share_of_best(rates, 2) is None
+
+
+def test_pipeline_mfu_uses_the_window_not_the_median_call():
+    from gpulab.experiment import RunResult
+    from gpulab.timing import Measurement
+
+    # 4 calls: three fast (a burst was waiting), one slow; 4 calls of 10 items in 1.0 s of wall time
+    m = Measurement("fed", [0.05, 0.05, 0.05, 0.85], windows=[(4, 1.0)])
+    run = RunResult("fed", m, flops=10e12, items=10, peak_tflops=1000.0, pipeline=True)
+    assert run.throughput == pytest.approx(40.0)  # items over the window
+    assert dl.pipeline_mfu(run) == pytest.approx(10e12 / 10 * 40 / 1e15)  # 4%
+    assert run.mfu == pytest.approx(dl.pipeline_mfu(run))  # a pipeline's core MFU uses the window too
+    assert dl.pipeline_mfu(RunResult("x", m)) is None

@@ -1,0 +1,203 @@
+"""The step tracker: lazy event reads, no synchronize per step, numbers from fake events and a fake clock."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gpulab as gl
+from gpulab import tracker as tk
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeEvent:
+    """Completes only when the test says the 'GPU' got there; counts elapsed_time and synchronize calls."""
+
+    gpu_time = 0.0  # ms on the fake GPU timeline; the test advances it
+    done_upto = 0  # events with an index below this are complete
+    made: list = []
+    syncs = 0
+
+    def __init__(self):
+        self.index = len(FakeEvent.made)
+        FakeEvent.made.append(self)
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = FakeEvent.gpu_time
+
+    def query(self) -> bool:
+        return self.index < FakeEvent.done_upto
+
+    def elapsed_time(self, end) -> float:
+        assert self.query() and end.query(), "elapsed_time read before the GPU reached both events"
+        return end.t - self.t
+
+    def synchronize(self):
+        FakeEvent.syncs += 1
+        FakeEvent.done_upto = len(FakeEvent.made)
+
+
+@pytest.fixture
+def fake_events():
+    FakeEvent.gpu_time, FakeEvent.done_upto, FakeEvent.made, FakeEvent.syncs = 0.0, 0, [], 0
+    return FakeEvent
+
+
+def _tracker(cpu_device, **kw):
+    lines = []
+    t = tk.track(flops_per_step=2e12, items_per_step=1000, peak_tflops=100.0, peak_name="test peak",
+                 device=cpu_device, event_factory=FakeEvent, clock=FakeClock(), printer=lines.append, **kw)
+    return t, lines
+
+
+def test_reads_lazily_and_never_synchronizes_per_step(fake_events, cpu_device, monkeypatch):
+    def no_sync(*a, **k):
+        raise AssertionError("the tracker synchronized inside the loop")
+    monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
+    t, _ = _tracker(cpu_device)
+    t.start()
+    for i in range(5):
+        FakeEvent.gpu_time += 10.0  # each step takes 10 ms on the GPU
+        t.step()
+    assert t.records == [] and fake_events.syncs == 0  # nothing complete yet: nothing read, nobody waited
+    fake_events.done_upto = 3  # the GPU has passed the start event and the ends of steps 1 and 2
+    FakeEvent.gpu_time += 20.0
+    t.step()
+    assert [r.step for r in t.records] == [1, 2] and fake_events.syncs == 0
+    monkeypatch.undo()
+    t.stop()
+    assert fake_events.syncs == 1  # one wait, at the end
+    assert [r.step for r in t.records] == [1, 2, 3, 4, 5, 6]
+    assert [r.gpu_ms for r in t.records] == [10.0] * 5 + [20.0]
+    r = t.records[0]
+    assert r.tflops == pytest.approx(200.0) and r.mfu == pytest.approx(2.0)  # 2e12 FLOP in 10 ms on a 100 TF peak
+    assert r.items_per_s == pytest.approx(100_000)
+
+
+def test_summary_and_log_line(fake_events, cpu_device):
+    t, lines = _tracker(cpu_device, log_every=2)
+    with t:
+        for ms in (10.0, 10.0, 30.0, 10.0):
+            FakeEvent.gpu_time += ms
+            t.step()
+    s = t.summary()
+    assert s["steps"] == 4 and s["gpu_ms_median"] == 10.0
+    assert s["tflops_window"] == pytest.approx(4 * 2e12 / 0.060 / 1e12)
+    assert s["peak_name"] == "test peak" and s["timer"] == "injected events"
+    assert len(lines) == 2 and lines[0].startswith("step 2 | 10.00 ms") and "MFU" in lines[0]
+
+
+def test_host_clock_on_cpu(cpu_device):
+    clock = FakeClock()
+    t = tk.track(device=cpu_device, clock=clock, printer=lambda s: None)
+    with t:
+        for _ in range(3):
+            clock.t += 0.005
+            t.step()
+    assert t.timer == "host clock"
+    assert [round(r.gpu_ms, 6) for r in t.records] == [5.0, 5.0, 5.0]
+    assert t.records[0].mfu is None and t.records[0].tflops is None
+
+
+def test_csv_round_trip(fake_events, cpu_device, tmp_path):
+    path = tmp_path / "steps.csv"
+    t, _ = _tracker(cpu_device, csv_path=path)
+    with t:
+        for ms in (10.0, 12.5):
+            FakeEvent.gpu_time += ms
+            t.step()
+    back = tk.read_csv(path)
+    assert back == t.records
+    assert back[1].gpu_ms == 12.5 and back[1].nvml_util is None
+
+
+def test_tensorboard_writer_gets_scalars(fake_events, cpu_device):
+    class Writer:
+        def __init__(self):
+            self.scalars = []
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, value, step))
+
+        def flush(self):
+            pass
+
+    w = Writer()
+    t, _ = _tracker(cpu_device, tensorboard=w)
+    with t:
+        FakeEvent.gpu_time += 10.0
+        t.step()
+    assert ("tracker/gpu_ms", 10.0, 1) in w.scalars and any(tag == "tracker/mfu" for tag, _, _ in w.scalars)
+
+
+def test_missing_tensorboard_degrades(fake_events, cpu_device, tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *a, **k):
+        if name == "torch.utils.tensorboard":
+            raise ImportError("No module named 'tensorboard'")
+        return real_import(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    t, lines = _tracker(cpu_device, tensorboard=tmp_path / "tb")
+    with t:
+        FakeEvent.gpu_time += 10.0
+        t.step()
+    assert t.records and any("TensorBoard logging off" in n for n in t.notes)
+
+
+def test_monitor_readings_go_with_each_step(fake_events, cpu_device):
+    mon = type("M", (), {})()
+    mon.trace = gl.Trace(series={"nvml_util": [(0.1, 40.0), (1.1, 97.0)]})
+    t, _ = _tracker(cpu_device, monitor=mon)
+    with t:
+        FakeEvent.gpu_time += 10.0
+        t.step()
+    assert t.records[0].nvml_util == 97.0 and t.records[0].gpm_sm_active is None
+
+
+def test_bad_arguments_are_named(cpu_device):
+    with pytest.raises(ValueError, match="flops_per_step"):
+        tk.track(flops_per_step=-1, device=cpu_device)
+    with pytest.raises(ValueError, match="log_every"):
+        tk.track(log_every=-2, device=cpu_device)
+    with pytest.raises(ValueError, match="dtype"):
+        tk.track(dtype="fp64", device=cpu_device)
+
+
+def test_guide_tracker_synchronizes_twice_per_step(monkeypatch):
+    from gpulab import profile_lab as pl
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append(1))
+    g = pl.GuideTracker(1e12, 100e12)
+    for _ in range(3):
+        g.start_step()
+        g.end_step()
+    assert len(calls) == 6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_tracked_steps_make_no_sync_on_gpu():
+    a = torch.randn(1024, 1024, device="cuda")
+    t = tk.track(flops_per_step=2 * 1024**3, dtype="fp32", printer=lambda s: None)
+    t.start()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(20):
+            a = (a @ a).tanh_()
+            t.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    records = t.stop()
+    assert len(records) == 20 and all(r.gpu_ms > 0 for r in records)
