@@ -13,6 +13,7 @@ from .claims import Claim, Estimate, claims_table_html, interval_of
 from .experiment import Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
 from .monitor import Monitor, Trace, watch
+from .params import check_params
 from .profiling import find_syncs, nvtx_range, profile
 from .results import NotebookResult, load_reference, load_result, reference_view
 from .timing import Measurement, benchmark, compare
@@ -27,7 +28,7 @@ __all__ = [
     "profile", "find_syncs", "nvtx_range", "time_breakdown", "step_memory",
     "track", "StepTracker",
     "Claim", "Estimate", "interval_of", "claims_table_html", "Comparison", "RunResult", "before_after", "measure",
-    "NotebookResult", "load_result", "load_reference", "reference_view",
+    "NotebookResult", "load_result", "load_reference", "reference_view", "check_params",
     "plots", "widgets",
 ]
 __version__ = "0.1.0"

@@ -1,4 +1,7 @@
-"""Command line: `python -m gpulab info [--measure]`, `check`, `run [--smoke|--full] [NN ...]`, `summary DIR`."""
+"""Command line: `python -m gpulab info [--measure]`, `check`, `run [--smoke|--full] [NN ...]`, `summary DIR`.
+
+Usage errors (a bad option, parameter, folder or file) print one line naming it and exit 2 before any work.
+"""
 from __future__ import annotations
 
 import argparse
@@ -51,12 +54,18 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     from .course import run_course
+    from .params import boolean, parse_value
 
+    params = {name: parse_value(value) for name, value in (args.param or [])}
     smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
+    if "SMOKE" in params:
+        if args.smoke or args.full:
+            raise ValueError("-p SMOKE contradicts --smoke/--full: use one of them")
+        smoke, why = boolean()("SMOKE", params.pop("SMOKE")), None
     if why:
         print(why, file=sys.stderr)
-    course = run_course(args.notebooks, smoke=smoke, out=args.out, compare=args.compare,
-                        timeout_s=args.timeout)
+    course = run_course(args.notebooks, smoke=smoke, out=args.out, compare=args.compare, timeout_s=args.timeout,
+                        parameters=params, html=args.html, show_all=args.all)
     for r in course.runs:
         status = "ok  " if r.ok else "FAIL"
         print(f"{status} {r.notebook:<22} {r.seconds:6.1f} s  {r.output}" + (f"\n     {r.error}" if r.error else ""))
@@ -65,21 +74,54 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from .course import update_readme, write_summary
+    from .course import check_out_dir, check_reference_dir
+    from .summary import RESULT_GLOB, update_readme, write_summary
 
-    md, png = write_summary(args.results, args.out or args.results, compare=args.compare)
+    folder = args.results
+    if not folder.exists():
+        raise ValueError(f"{folder}: no such folder")
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is a file; give the folder that holds the result files (NN_name.json)")
+    if not any(folder.glob(RESULT_GLOB)):
+        raise ValueError(f"{folder} holds no result files (NN_name.json); a run keeps them in "
+                         "<run folder>/results/<gpu>/")
+    compare = check_reference_dir(args.compare)
+    out = check_out_dir(args.out) if args.out is not None else folder
+    md, png = write_summary(folder, out, compare=compare)
     print(md.read_text())
     print(f"figure: {png}")
     if args.readme:
-        print(f"reference section updated: {update_readme(args.readme, args.results)}")
+        print(f"reference section updated: {update_readme(args.readme, folder)}")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
+    import torch
+
     from .selfcheck import print_check, run_check
 
-    print_check(run_check(smoke=args.smoke))
+    smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
+    if why:
+        print(why, file=sys.stderr)
+    print_check(run_check(smoke=smoke, progress=True))
     return 0
+
+
+def _timeout(text: str) -> int:
+    """--timeout: whole seconds > 0 (leave it out for no limit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not whole seconds > 0") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0 seconds (leave --timeout out for no limit)")
+    return value
+
+
+def _folder(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a folder")
+    return Path(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_info)
     p = sub.add_parser("check", help="check peaks, monitor readings and monitor overhead; saves 00_device.json")
-    p.add_argument("--smoke", action="store_true", help="small sizes")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--smoke", action="store_true", help="small sizes (the default without a CUDA GPU)")
+    size.add_argument("--full", action="store_true", help="full sizes even without a CUDA GPU (minutes on a CPU)")
     p.set_defaults(func=_check)
     p = sub.add_parser("run", help="run the notebooks headless and summarise what they measured")
     p.add_argument("notebooks", nargs="*", help="numbers or names (default: all, in order)")
@@ -98,14 +142,22 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--smoke", action="store_true", help="small sizes: minutes on a CPU-only machine "
                       "(the default there)")
     size.add_argument("--full", action="store_true", help="full sizes even without a CUDA GPU (slow on a CPU)")
-    p.add_argument("--out", type=Path, help="folder for executed notebooks and the summary (default runs/<time>)")
-    p.add_argument("--compare", type=Path, help="a reference folder, e.g. data/reference/nvidia-h100-80gb-hbm3")
-    p.add_argument("--timeout", type=int, default=None, help="seconds allowed per notebook cell")
+    p.add_argument("--out", type=_folder, help="folder for executed notebooks, their results and the summary "
+                   "(default runs/<date-time>; never under notebooks/)")
+    p.add_argument("--compare", type=_folder, help="a reference folder, e.g. data/reference/nvidia-h100-80gb-hbm3")
+    p.add_argument("--timeout", type=_timeout, default=None, help="seconds allowed per notebook cell (default: no "
+                   "limit)")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="a notebook parameter, e.g. -p BIG_N 2048 or -p DTYPES \"['bf16', 'fp16']\"; values are read "
+                   "as Python (True, None, 0.5), checked against each notebook's schema before anything runs")
+    p.add_argument("--html", action="store_true", help="also write each executed notebook as HTML beside it")
+    p.add_argument("--all", action="store_true", help="summarise the latest result of every notebook "
+                   "(data/results/<gpu>/, each with its date), not only this run's")
     p.set_defaults(func=_run)
     p = sub.add_parser("summary", help="summary.md and summary.png from a folder of result JSON files")
-    p.add_argument("results", type=Path)
-    p.add_argument("--out", type=Path)
-    p.add_argument("--compare", type=Path)
+    p.add_argument("results", type=_folder, help="a folder of result files, e.g. runs/<date-time>/results/<gpu>")
+    p.add_argument("--out", type=_folder, help="where summary.md and summary.png go (default: the results folder)")
+    p.add_argument("--compare", type=_folder, help="a reference folder to show beside")
     p.add_argument("--readme", type=Path, help="also rewrite this README's reference section from the results "
                    "(between <!-- reference-summary --> markers)")
     p.set_defaults(func=_summary)

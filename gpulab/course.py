@@ -1,14 +1,37 @@
-"""The course runner: every notebook through papermill, then one summary built only from the result JSON files."""
+"""The course runner: every notebook through papermill into a run folder of its own, then one summary built
+only from the result JSON files that this run wrote.
+
+Where results go:
+- `gpulab run` points the notebooks at `<run folder>/results/` (GPULAB_RESULTS), so a run's numbers are its
+  own: a later run, or a notebook run in Jupyter, never overwrites them. A notebook that ran to the end also
+  has its result copied to `data/results/<gpu>/`, the latest result of each notebook whoever ran it (Jupyter
+  writes there directly); `gpulab run --all` summarises that folder.
+- Nothing is written under notebooks/: an --out there is refused.
+Every mistake in the options (a bad --out, --compare or --timeout, an unknown or ill-typed -p parameter) is
+refused before any notebook runs.
+"""
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
+from .checks import positive_int
+from .params import SCHEMAS, check_params
 from .results import ResultError, load_result, results_dir, write_json_atomic
+from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
+                      summary_tables, update_readme, write_summary)
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+# The kernel's own log (e.g. "Kernel is running over TCP without encryption", once per notebook) and the
+# profiler's start/stop lines are nothing a reader can act on; errors in the notebook's code still show.
+KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
+QUIET_ENV = {"KINETO_LOG_LEVEL": "6"}  # the profiler library's log (profiler_start/stop, gpuGetDeviceCount)
 
 
 def notebooks(selection: Sequence[str] = (), folder: Path | None = None) -> list[Path]:
@@ -37,6 +60,7 @@ class NotebookRun:
     seconds: float
     output: str
     error: str = ""
+    html: str = ""
 
 
 @dataclass
@@ -44,6 +68,7 @@ class CourseRun:
     """All notebook runs of one `gpulab run`, and where the summary went."""
 
     runs: list[NotebookRun] = field(default_factory=list)
+    out: Path | None = None
     summary_md: Path | None = None
     summary_png: Path | None = None
 
@@ -52,247 +77,260 @@ class CourseRun:
         return all(r.ok for r in self.runs)
 
 
-def _check_parameters(nb: Path, parameters: dict[str, Any]) -> None:
-    """Papermill only logs an unknown -p name and runs the full-size notebook: refuse instead."""
+# -- checks made before any notebook runs -------------------------------------------------------------------
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def check_out_dir(out: Path | str, name: str = "--out") -> Path:
+    """A folder the run may write to: not empty text, not a file, not under notebooks/, writable."""
+    if out is None or str(out).strip() == "":
+        raise ValueError(f"{name} is empty; give a folder for the executed notebooks and the summary")
+    out = Path(out).expanduser()
+    if _inside(out, NOTEBOOK_DIR):
+        raise ValueError(f"{name} {out} is inside {NOTEBOOK_DIR}: runs never write there (the course's notebooks "
+                         "would be replaced by executed copies); choose another folder, e.g. runs/mine")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{name} {out} is an existing file; give a folder")
+    parent = out
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {out}: {parent} is not writable")
+    return out
+
+
+def check_reference_dir(compare: Path | str | None, name: str = "--compare") -> Path | None:
+    """A reference folder that exists and holds result JSON files (or None)."""
+    if compare is None:
+        return None
+    compare = Path(compare).expanduser()
+    if not compare.exists():
+        raise ValueError(f"{name} {compare}: no such folder (e.g. data/reference/nvidia-h100-80gb-hbm3)")
+    if not compare.is_dir():
+        raise ValueError(f"{name} {compare} is a file; give the folder of a reference run")
+    if not any(compare.glob("[0-9][0-9]_*.json")):
+        raise ValueError(f"{name} {compare} holds no result files (NN_name.json)")
+    return compare
+
+
+def parameter_names(nb: Path) -> set[str]:
+    """The parameters a notebook takes: its schema's names, or papermill's reading of its parameters cell."""
+    if nb.stem in SCHEMAS:
+        return set(SCHEMAS[nb.stem])
     import papermill as pm
 
-    known = set(pm.inspect_notebook(str(nb)))
-    unknown = set(parameters) - known
-    if unknown:
-        raise ValueError(f"{nb.name} has no parameter(s) {sorted(unknown)}; it takes: {sorted(known)}")
+    return set(pm.inspect_notebook(str(nb)))
+
+
+def notebook_parameters(chosen: Sequence[Path], user: Mapping[str, Any], smoke: bool) -> dict[str, dict[str, Any]]:
+    """The parameters to pass each chosen notebook, checked against its schema.
+
+    A name is an error when no chosen notebook takes it (papermill would only log it and run the defaults);
+    a notebook gets only the names it takes.
+    """
+    import difflib
+
+    names = {nb.stem: parameter_names(nb) for nb in chosen}
+    known = sorted(set().union(*names.values()))
+    for name in user:
+        if not any(name in n for n in names.values()):
+            close = difflib.get_close_matches(name, known, n=1)
+            raise ValueError(f"-p {name}: no chosen notebook ({', '.join(names)}) has a parameter {name!r}"
+                             + (f" (did you mean {close[0]}?)" if close else "") + f"; they take: {', '.join(known)}")
+    out = {}
+    for nb in chosen:
+        params = {"SMOKE": bool(smoke)} | {k: v for k, v in user.items() if k in names[nb.stem]}
+        if nb.stem in SCHEMAS:
+            check_params(params, nb.stem, unknown=True)
+        out[nb.stem] = params
+    return out
+
+
+def new_run_dir(base: Path | str = "runs") -> Path:
+    """A fresh folder runs/<date-time>, with -2, -3, ... when another run started in the same second."""
+    base = Path(base)
+    if _inside(base, NOTEBOOK_DIR):  # started from inside notebooks/: keep runs beside it instead
+        base = NOTEBOOK_DIR.parent / "runs"
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for i in range(1, 10_000):
+        path = base / (stamp if i == 1 else f"{stamp}-{i}")
+        try:
+            path.mkdir()  # atomic: of two runs asking for the same name, one gets it
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"no free run folder under {base}")
+
+
+# -- running ------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the kernels started inside, and restore them after."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def describe_error(e: BaseException, executed: Path, timeout_s: int | None) -> str:
+    """One line for a failed notebook: the cell that timed out and the timeout, or the cell's error."""
+    if type(e).__name__ == "CellTimeoutError":
+        where = _last_started_cell(executed)
+        return (f"a cell timed out after {timeout_s} s (--timeout {timeout_s}){where}; raise --timeout or "
+                "leave it out for no limit")
+    if type(e).__name__ == "PapermillExecutionError":
+        first = (e.source or "").strip().splitlines()
+        return (f"cell {e.cell_index + 1} ({first[0][:60] if first else 'empty'}) raised {e.ename}: "
+                f"{str(e.evalue).strip()[:200]}")
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip(" -")]
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
+def _last_started_cell(executed: Path) -> str:
+    try:
+        import nbformat
+
+        nb = nbformat.read(str(executed), as_version=4)
+    except Exception:
+        return ""
+    # Number the cells as the reader's notebook has them: without the cell papermill injected.
+    cells = [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    started = [(i, c) for i, c in enumerate(cells) if c.cell_type == "code" and c.get("execution_count")]
+    if not started:
+        return ""
+    i, cell = started[-1]
+    first = cell.source.strip().splitlines()
+    return f" in cell {i + 1} of {len(cells)} ({first[0][:60] if first else 'empty'})"
+
+
+def _result_of(results: Path, stem: str, since: float) -> Path | None:
+    """The result file a notebook wrote in this run, if any."""
+    for path in results.glob(f"*/{stem}.json"):
+        if path.stat().st_mtime >= since - 1:
+            return path
+    return None
 
 
 def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path | str | None = None,
                compare: Path | str | None = None, results: Path | str | None = None, progress: bool = True,
-               timeout_s: int | None = None) -> CourseRun:
-    """Run the chosen notebooks headless (one failure does not stop the rest), then write the summary."""
+               timeout_s: int | None = None, parameters: Mapping[str, Any] | None = None, html: bool = False,
+               show_all: bool = False) -> CourseRun:
+    """Run the chosen notebooks headless (one failure does not stop the rest), then write the summary.
+
+    Args:
+        out: the run folder (default: a new runs/<date-time>); executed notebooks, results/ and the summary.
+        compare: a reference run's folder to show beside this run.
+        results: where the notebooks write their result JSON (default: <out>/results).
+        timeout_s: seconds allowed per cell (None: no limit).
+        parameters: notebook parameters by name (each checked against the notebooks' schemas).
+        html: also write each executed notebook as HTML beside it.
+        show_all: summarise the latest result of every notebook (data/results/<gpu>/), not only this run's.
+    """
     import papermill as pm
     from tqdm.auto import tqdm
 
+    from .device import get_device
+
     chosen = notebooks(selection)
-    out = Path(out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    positive_int("timeout_s", timeout_s, allow_none=True)
+    compare = check_reference_dir(compare)
+    per_notebook = notebook_parameters(chosen, dict(parameters or {}), smoke)
+    if html:
+        from .html_export import check_available
+        check_available()
+    out = check_out_dir(out) if out is not None else new_run_dir()
     out.mkdir(parents=True, exist_ok=True)
-    params = {"SMOKE": bool(smoke)}
-    for nb in chosen:
-        _check_parameters(nb, params)
-    course = CourseRun()
+    run_results = Path(results) if results else out / "results"
+    if _inside(run_results, NOTEBOOK_DIR):
+        raise ValueError(f"results={run_results} is inside {NOTEBOOK_DIR}; runs never write there")
+    latest = results_dir()  # where Jupyter runs write: the latest result of each notebook
+    slug = get_device().slug
+    env = {"GPULAB_RESULTS": str(run_results.resolve()), "GPULAB_RUN_ID": out.resolve().name + f"-{os.getpid()}"}
+    env |= {k: os.environ.get(k, v) for k, v in QUIET_ENV.items()}
+
+    course = CourseRun(out=out)
+    problems: list[str] = []
     bar = tqdm(chosen, desc="notebooks", disable=not progress)
     for nb in bar:
         bar.set_postfix_str(nb.stem)
         dest = out / nb.name
-        t0 = time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
         try:
-            pm.execute_notebook(str(nb), str(dest), parameters=params, kernel_name="python3", cwd=str(nb.parent),
-                                progress_bar=False, execution_timeout=timeout_s)
-            course.runs.append(NotebookRun(nb.stem, True, time.perf_counter() - t0, str(dest)))
+            with _environment(env), _quiet_logs():
+                pm.execute_notebook(str(nb), str(dest), parameters=per_notebook[nb.stem], kernel_name="python3",
+                                    cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
+                                    extra_arguments=KERNEL_ARGS)
+            run = NotebookRun(nb.stem, True, time.perf_counter() - t0, str(dest))
         except Exception as e:  # report and go on: one failing notebook must not stop the course
-            msg = str(e).strip().splitlines()
-            course.runs.append(NotebookRun(nb.stem, False, time.perf_counter() - t0, str(dest),
-                                           f"{type(e).__name__}: {msg[-1] if msg else ''}"[:300]))
+            run = NotebookRun(nb.stem, False, time.perf_counter() - t0, str(dest), describe_error(e, dest, timeout_s))
+            problems.append(f"{nb.stem} failed: {run.error}; its results are not shown as this run's")
+        if run.ok:
+            written = _result_of(run_results, nb.stem, wall0)
+            if written is None:
+                problems.append(f"{nb.stem} ran but wrote no result file under {run_results}")
+            else:
+                _publish_latest(written, latest / written.parent.name, problems)
+        if html and dest.exists():
+            from .html_export import export_html
+            try:
+                with _quiet_logs():
+                    run.html = str(export_html(dest, dest.with_suffix(".html")))
+            except Exception as e:  # the HTML copy is a convenience: say so, keep the run
+                problems.append(f"{nb.stem}: no HTML copy ({type(e).__name__}: {e})")
+        course.runs.append(run)
     write_json_atomic(out / "runs.json", [r.__dict__ for r in course.runs])
-    from .device import get_device
-
-    results = Path(results) if results else results_dir() / get_device().slug
-    course.summary_md, course.summary_png = write_summary(results, out, compare=compare,
-                                                          expected=[p.stem for p in chosen])
+    failed = [r.notebook for r in course.runs if not r.ok]
+    if show_all:
+        source = latest / slug
+        heading = (f"The latest result of every notebook in `{source}` (this run's and earlier ones, each with "
+                   "its date).")
+        expected = []
+    else:
+        source = run_results / slug
+        heading = f"This run's results only (`{source}`); `--all` shows the latest result of every notebook."
+        expected = [nb.stem for nb in chosen if nb.stem not in failed]
+    course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
+                                                          exclude=[] if show_all else failed, problems=problems,
+                                                          heading=heading)
     return course
 
 
-# -- summary ----------------------------------------------------------------------------------------------
-
-def collect(folder: Path | str, expected: Sequence[str] = ()) -> tuple[dict[str, dict], list[str]]:
-    """Load every result JSON in `folder`; return (results by notebook, problems), skipping bad files."""
-    folder = Path(folder)
-    found: dict[str, dict] = {}
-    problems: list[str] = []
-    for path in sorted(folder.glob("[0-9][0-9]_*.json")):
-        try:
-            data = load_result(path)
-            found[data["notebook"]] = data
-        except ResultError as e:
-            problems.append(f"skipped {path.name}: {e}")
-    for name in expected:
-        if name not in found:
-            problems.append(f"missing: no result for {name} in {folder}")
-    return found, problems
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """Papermill's and nbclient's own log lines ("Timeout waiting for execute reply") repeat what the run's
+    report says better; keep them to errors while a notebook runs."""
+    loggers = [logging.getLogger(n) for n in ("papermill", "traitlets", "nbclient")]
+    old = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, old):
+            lg.setLevel(level)
 
 
-def _fmt(x: float | None, fmt: str) -> str:
-    return "—" if x is None else fmt.format(x)
-
-
-def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None = None) -> str:
-    """Markdown tables of every before/after and every claim, with the reference beside when given."""
-    reference = reference or {}
-    ref_col = " | reference speedup" if reference else ""
-    lines = ["| notebook | experiment | speedup | verdict | MFU before | MFU after | GPU busy before | GPU busy after"
-             + ref_col + " |", "|" + " --- |" * (8 + bool(reference))]
-    for nb, data in sorted(results.items()):
-        refs = {e["name"]: e for e in reference.get(nb, {}).get("experiments", [])}
-        for e in data["experiments"]:
-            b, a = e["before"]["summary"], e["after"]["summary"]
-            mfu = [_fmt(None if s.get("mfu") is None else s["mfu"] * 100, "{:.1f}%") for s in (b, a)]
-            util = [_fmt(s.get("nvml_util"), "{:.0f}%") for s in (b, a)]
-            row = f"| {nb} | {e['name']} | {e['speedup']:.2f}x | {e['verdict']} | {mfu[0]} | {mfu[1]} | {util[0]} | {util[1]}"
-            if reference:
-                r = refs.get(e["name"])
-                row += f" | {_fmt(r['speedup'] if r else None, '{:.2f}x')}"
-            lines.append(row + " |")
-    ref_c = " | reference measured | reference verdict" if reference else ""
-    lines += ["", "| notebook | claim | expected | measured | verdict" + ref_c + " |",
-              "|" + " --- |" * (5 + 2 * bool(reference))]
-    for nb, data in sorted(results.items()):
-        refs = {c["text"]: c for c in reference.get(nb, {}).get("claims", [])}
-        for c in data["claims"]:
-            row = f"| {nb} | {c['text']} | {c.get('expected', '')} | {_fmt(c.get('measured'), '{:.3g}')} | {c['verdict']}"
-            if reference:
-                r = refs.get(c["text"], {})
-                row += f" | {_fmt(r.get('measured'), '{:.3g}')} | {r.get('verdict', '—')}"
-            lines.append(row + " |")
-    return "\n".join(lines)
-
-
-def notebook_table(results: dict[str, dict]) -> str:
-    """Markdown: one row per notebook with its largest gain and its claims' verdicts counted."""
-    lines = ["| notebook | experiments | largest gain | claims confirmed | refuted | not tested |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for nb, data in sorted(results.items()):
-        exps = data["experiments"]
-        best = max(exps, key=lambda e: e["speedup"], default=None)
-        gain = f"{best['speedup']:.2f}x: {best['name']}" if best else "—"
-        verdicts = [c["verdict"] for c in data["claims"]]
-        lines.append(f"| {nb} | {len(exps)} | {gain} | {verdicts.count('confirmed')} | {verdicts.count('refuted')} "
-                     f"| {verdicts.count('not tested')} |")
-    return "\n".join(lines)
-
-
-def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None):
-    """One figure: the speedup of every before/after (log scale), reference GPU's marked beside."""
-    import matplotlib.pyplot as plt
-
-    rows = [(f"{nb[:2]} {e['name']}", e["speedup"], e["within_noise"], nb, e["name"])
-            for nb, d in sorted(results.items()) for e in d["experiments"]]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * max(len(rows), 4) + 1.2))
-    if not rows:
-        ax.text(0.5, 0.5, "no experiments found", ha="center", transform=ax.transAxes)
-        return fig
-    ys = range(len(rows))[::-1]
-    ax.barh(list(ys), [r[1] for r in rows], color=["#8d8d8d" if r[2] else "#00798c" for r in rows],
-            label="this run (grey: within noise)")
-    if reference:
-        refmap = {(nb, e["name"]): e["speedup"] for nb, d in reference.items() for e in d["experiments"]}
-        pts = [(refmap[(r[3], r[4])], y) for r, y in zip(rows, ys) if (r[3], r[4]) in refmap]
-        if pts:
-            ax.scatter(*zip(*pts), marker="|", s=200, color="k", label="reference GPU", zorder=3)
-    ax.axvline(1, color="k", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=7)
-    ax.set_xlabel("speedup (before time / after time), log scale")
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(axis="x", alpha=0.3, which="both")
-    fig.tight_layout()
-    return fig
-
-
-README_MARKERS = ("<!-- reference-summary -->", "<!-- /reference-summary -->")
-
-
-def _claim(data: dict, startswith: str) -> dict | None:
-    return next((c for c in data.get("claims", []) if c["text"].startswith(startswith)), None)
-
-
-def reference_section(folder: Path | str) -> str:
-    """Markdown for the README: whose numbers these are, the figure, the notebook table, the key measurements.
-
-    Everything comes from the result JSON in `folder` (a committed reference run).
-    """
-    folder = Path(folder)
-    results, _ = collect(folder)
-    if not results:
-        raise ValueError(f"no result JSON files in {folder}")
-    dev = next(iter(results.values()))["device"]
-    where = folder.as_posix()
-    md = [f"These are the reference GPU's numbers, not yours: an {dev['name']} (driver {dev.get('driver')}, torch "
-          f"{dev.get('torch_version')}, CUDA {dev.get('cuda_version')}), every notebook run headless at full size. "
-          "The result files, the full tables (every before/after and every claim with its verdict) and the figure "
-          f"are in [`{where}/`]({where}/summary.md); `python -m gpulab run --compare {where}` puts your run "
-          "beside them.", "",
-          f"![what each change gained on the reference GPU]({where}/summary.png)", "",
-          notebook_table(results), ""]
-    check = results.get("00_device")
-    if check:
-        ex = check.get("extra", {})
-        peaks = ex.get("measured_peaks") or {}
-        tflops = ", ".join(f"{k.upper()} {v:,.0f}" for k, v in (peaks.get("tflops") or {}).items())
-        line = (f"- Device self-check (`python -m gpulab check`): measured matmul {tflops} TFLOP/s "
-                f"({peaks.get('matmul_size', '?')}³), copy {_fmt(peaks.get('copy_gbs'), '{:,.0f}')} GB/s")
-        busy, idle = _claim(check, "NVML utilization >="), _claim(check, "NVML utilization <")
-        tensor = _claim(check, "GPM tensor activity")
-        if busy and idle:
-            line += (f"; NVML utilization {_fmt(busy.get('measured'), '{:.0f}%')} around 2 s of BF16 matmuls"
-                     + (f" (GPM tensor activity {_fmt(tensor.get('measured'), '{:.0f}%')})" if tensor else "")
-                     + f" and {_fmt(idle.get('measured'), '{:.0f}%')} when idle")
-        if ex.get("monitor_overhead_ratio") is not None:
-            line += f"; the monitor's on/off time ratio on a small training loop {ex['monitor_overhead_ratio']:.4f}"
-        md.append(line + ".")
-    case = results.get("08_case_study")
-    rows = (case or {}).get("extra", {}).get("waterfall") or []
-    if len(rows) >= 2:
-        first, last = rows[0], rows[-1]
-        mfu = [_fmt(None if r.get("mfu_bf16_peak") is None else r["mfu_bf16_peak"] * 100, "{:.1f}%")
-               for r in (first, last)]
-        line = (f"- Case study: {first['tokens_per_s']:,.0f} -> {last['tokens_per_s']:,.0f} tokens/s "
-                f"({last['tokens_per_s'] / first['tokens_per_s']:.1f}x), MFU {mfu[0]} -> {mfu[1]} of the datasheet "
-                "dense BF16 peak")
-        floor = _claim(case, "Benchmark floor: the optimized loop reaches at least 45% MFU")
-        if floor:
-            line += f"; the course's own target of at least 45% MFU for the optimized loop is **{floor['verdict']}**"
-        md.append(line + ".")
-    return "\n".join(md)
-
-
-def update_readme(readme: Path | str, folder: Path | str) -> Path:
-    """Replace the README's text between the reference-summary markers with `reference_section(folder)`."""
-    readme = Path(readme)
-    text = readme.read_text()
-    start, end = README_MARKERS
-    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ValueError(f"{readme} must hold one {start} ... {end} pair")
-    head, rest = text.split(start)
-    _, tail = rest.split(end)
-    tmp = readme.with_suffix(readme.suffix + ".tmp")
-    tmp.write_text(f"{head}{start}\n{reference_section(folder)}\n{end}{tail}")
-    tmp.replace(readme)
-    return readme
-
-
-def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | str | None = None,
-                  expected: Sequence[str] = ()) -> tuple[Path, Path]:
-    """Write summary.md and summary.png into `out` from the result JSON files in `results_dir`."""
-    import matplotlib
-    import matplotlib.pyplot as plt
-
-    results, problems = collect(results_dir, expected)
-    reference, ref_problems = collect(compare) if compare else ({}, [])
-    device = next(iter(results.values()))["device"]["name"] if results else "unknown device"
-    smoke = any(d.get("smoke") for d in results.values())
-    md = [f"# gpulab summary: {device}{' (smoke run)' if smoke else ''}", ""]
-    if compare:
-        md += [f"Reference: `{compare}`.", ""]
-    md += [notebook_table(results), "", summary_tables(results, reference)]
-    if problems or ref_problems:
-        md += ["", "## Problems", ""] + [f"- {p}" for p in problems + [f"reference {p}" for p in ref_problems]]
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    md_path = out / "summary.md"
-    tmp = md_path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(md) + "\n")
-    tmp.replace(md_path)
-    with matplotlib.rc_context():
-        fig = summary_figure(results, reference)
-        fig.suptitle(f"gpulab: what each change gained on {device}", fontsize=10)
-        png = out / "summary.png"
-        fig.savefig(png.with_suffix(".png.tmp"), dpi=110, format="png", bbox_inches="tight")
-        png.with_suffix(".png.tmp").replace(png)
-        plt.close(fig)
-    return md_path, png
+def _publish_latest(written: Path, folder: Path, problems: list[str]) -> None:
+    """Copy a notebook's result of this run to data/results/<gpu>/ (the latest of each notebook)."""
+    try:
+        load_result(written)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{written.name}.gpulab-tmp-{os.getpid()}"
+        shutil.copyfile(written, tmp)
+        os.replace(tmp, folder / written.name)
+    except (OSError, ResultError) as e:
+        problems.append(f"{written.stem}: result not copied to {folder} ({e})")

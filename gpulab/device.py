@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from .checks import positive_int
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -71,8 +73,20 @@ def _spec(model: str, fp32: float, tf32: float | None, bf16: float | None, fp16:
 # those are halved here. GeForce figures are "FP32 accumulate", the mode PyTorch uses.
 # Order matters: the first pattern that matches the device name wins.
 PEAK_TABLE: list[tuple[str, PeakSpec]] = [
-    (r"H200", _spec("H200 SXM", 67, 494.7, 989.4, 989.4, 1978.9, 4800,
-                    "https://www.nvidia.com/en-us/data-center/h200/ (datasheet, sparse/2)")),
+    # GH200 first: its name contains "H200" ("NVIDIA GH200 480GB"), but its GPU is an H100 with its own memory.
+    (r"GH200.*HBM3e|GH200.*144G", _spec("GH200 (144GB HBM3e)", 67, 494.7, 989.4, 989.4, 1978.9, 4900,
+                                        "https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ "
+                                        "(datasheet, HBM3e column, sparse/2)")),
+    (r"GH200", _spec("GH200 (96GB HBM3)", 67, 494.7, 989.4, 989.4, 1978.9, 4000,
+                     "https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/ (datasheet, HBM3 column, "
+                     "sparse/2)")),
+    (r"\bB200\b", _spec("B200", 75, 1125, 2250, 2250, 4500, 8000,
+                        "https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200 datasheet: eight-GPU totals "
+                        "/ 8, sparse/2)")),
+    (r"\bH200.*NVL", _spec("H200 NVL", 60, 417.5, 835.5, 835.5, 1670.5, 4800,
+                           "https://www.nvidia.com/en-us/data-center/h200/ (datasheet, NVL column, sparse/2)")),
+    (r"\bH200", _spec("H200 SXM", 67, 494.7, 989.4, 989.4, 1978.9, 4800,
+                      "https://www.nvidia.com/en-us/data-center/h200/ (datasheet, sparse/2)")),
     (r"H100.*NVL", _spec("H100 NVL", 60, 417.5, 835.5, 835.5, 1670.5, 3900,
                          "https://www.nvidia.com/en-us/data-center/h100/ (datasheet, NVL column, sparse/2)")),
     (r"H100.*PCIe", _spec("H100 PCIe", 51, 378, 756, 756, 1513, 2000,
@@ -87,10 +101,22 @@ PEAK_TABLE: list[tuple[str, PeakSpec]] = [
                     "https://www.nvidia.com/en-us/data-center/a100/ (datasheet, 40GB)")),
     (r"L40S", _spec("L40S", 91.6, 183, 362, 362, 733, 864,
                     "https://www.nvidia.com/en-us/data-center/l40s/ (datasheet, sparse/2)")),
+    (r"\bL40\b", _spec("L40", 90.5, 90.5, 181, 181, 362, 864,
+                       "https://www.nvidia.com/en-us/data-center/l40/ (datasheet, sparse/2)")),
     (r"\bL4\b", _spec("L4", 30.3, 60, 121, 121, 242.5, 300,
                       "https://www.nvidia.com/en-us/data-center/l4/ (datasheet, sparse/2)")),
+    (r"\bA10G\b", _spec("A10G", 35, 35, 70, 70, None, 600,
+                        "AWS's A10G (EC2 G5) has no NVIDIA datasheet; figures as compiled in "
+                        "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/ (dense)")),
     (r"\bA10\b", _spec("A10", 31.2, 62.5, 125, 125, None, 600,
                        "https://www.nvidia.com/en-us/data-center/products/a10-gpu/ (datasheet)")),
+    (r"RTX 6000 Ada", _spec("RTX 6000 Ada Generation", 91.1, 182.1, 364.2, 364.2, 728.5, 960,
+                            "NVIDIA Ada Lovelace professional GPU architecture whitepaper, RTX 6000 Ada "
+                            "(FP32 accumulate, dense)")),
+    (r"RTX A6000", _spec("RTX A6000", 38.7, 77.4, 154.8, 154.8, None, 768,
+                         "NVIDIA Ampere GA102 architecture whitepaper, RTX A6000 (FP32 accumulate, dense)")),
+    (r"RTX 5090(?! D)", _spec("GeForce RTX 5090", 104.8, 104.8, 209.5, 209.5, 419, 1792,
+                        "NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090 (FP32 accumulate, dense)")),
     (r"RTX 4090", _spec("GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 330.3, 1008,
                         "NVIDIA Ada Lovelace architecture whitepaper, table 2 (FP32 accumulate, dense)")),
     (r"RTX 3090", _spec("GeForce RTX 3090", 35.6, 35.6, 71, 71, None, 936,
@@ -198,12 +224,40 @@ def _driver_version() -> str | None:
         return None
 
 
+def cpu_name() -> str:
+    """The processor's model name ("AMD EPYC 7R13 Processor"), not just its architecture ("x86_64")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        import subprocess
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                 timeout=5).stdout.strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    proc = platform.processor()
+    return proc if proc and proc != platform.machine() else (platform.machine() or "CPU")
+
+
 def get_device(index: int | None = None) -> DeviceInfo:
-    """Describe the current CUDA device, or the CPU when there is none."""
-    if index is not None and (not isinstance(index, int) or index < 0):
+    """Describe the current CUDA device (or CUDA device `index`), or the CPU when there is no CUDA GPU.
+
+    Asking for a GPU index on a machine without one is an error, not a silent CPU.
+    """
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
         raise ValueError(f"index={index!r} must be a non-negative int or None")
     if not torch.cuda.is_available():
-        return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine() or "CPU",
+        if index is not None:
+            raise ValueError(f"index={index} asks for CUDA device {index}, but no CUDA GPU is visible here; "
+                             "use get_device() for the CPU")
+        return DeviceInfo(kind="cpu", name=cpu_name(),
                           note="no CUDA GPU: GPU-only steps are skipped; compare with the reference GPU's numbers")
     index = torch.cuda.current_device() if index is None else index
     if index >= torch.cuda.device_count():
@@ -331,8 +385,7 @@ def matmul_tflops(n: int, dtype: str, device: torch.device | None = None, min_ti
     from .timing import benchmark
 
     dtype = check_dtype(dtype)
-    if n <= 0:
-        raise ValueError(f"n={n} must be > 0")
+    positive_int("n", n)
     device = device or get_device().torch_device
     fn = _matmul_fn(n, dtype, device)
     with float32_matmul_precision("high" if dtype == "tf32" else "highest"):

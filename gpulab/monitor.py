@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .checks import positive_float
 from .device import DeviceInfo, get_device
 
 METRICS = {
@@ -101,10 +102,8 @@ class Monitor:
 
     def __init__(self, device: DeviceInfo | None = None, *, poll_s: float = 1.0, gpm_period_s: float = 1.0,
                  gpm: bool = True, cpu: bool = True, nvml: Any = None):
-        if poll_s <= 0:
-            raise ValueError(f"poll_s={poll_s} must be > 0")
-        if gpm_period_s <= 0:
-            raise ValueError(f"gpm_period_s={gpm_period_s} must be > 0")
+        poll_s = positive_float("poll_s", poll_s)  # NaN would make the polling thread spin
+        gpm_period_s = positive_float("gpm_period_s", gpm_period_s)
         self.device = device or get_device()
         self.poll_s, self.gpm_period_s, self.use_gpm, self.use_cpu = poll_s, gpm_period_s, gpm, cpu
         self._nvml_override = nvml

@@ -11,7 +11,6 @@ import datetime as _dt
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +49,45 @@ def _clean(x: Any) -> Any:
     return str(x)
 
 
-def write_json_atomic(path: Path | str, data: Any) -> Path:
-    """Write JSON to `path` via a temporary file and os.replace: a crash never leaves a half-written file."""
+TMP_MARK = ".gpulab-tmp-"  # temporary files of atomic writes: <folder>/<name>.gpulab-tmp-<pid>
+
+
+def _sweep_stale_temps(path: Path) -> None:
+    """Remove temporary files that an earlier write of `path` left behind (a process killed mid-write)."""
+    for old in path.parent.glob(f"{path.name}{TMP_MARK}*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue  # another process is writing this file right now: leave its temporary alone
+        try:
+            old.unlink()
+        except OSError:
+            pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def write_text_atomic(path: Path | str, text: str | bytes) -> Path:
+    """Write `text` to `path` via a temporary file beside it and os.replace: a crash never leaves a
+    half-written file. The temporary is named `<name>.gpulab-tmp-<pid>` (visible, recognisable), and one left
+    by a process killed mid-write is removed by the next write of the same file. Files are created 0644
+    (less the umask), like any file the reader creates."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(_clean(data), indent=1, allow_nan=False)  # serialise fully before touching the disk
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    _sweep_stale_temps(path)
+    tmp = path.parent / f"{path.name}{TMP_MARK}{os.getpid()}"
+    data = text.encode() if isinstance(text, str) else text
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -67,6 +96,12 @@ def write_json_atomic(path: Path | str, data: Any) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def write_json_atomic(path: Path | str, data: Any) -> Path:
+    """Write JSON to `path` atomically (see `write_text_atomic`); NaN and inf are written as null."""
+    text = json.dumps(_clean(data), indent=1, allow_nan=False)  # serialise fully before touching the disk
+    return write_text_atomic(path, text)
 
 
 class NotebookResult:
@@ -129,33 +164,52 @@ class ResultError(ValueError):
     """A result file that is missing, not JSON, or not in the schema."""
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def validate(data: Any, source: str = "result") -> dict[str, Any]:
-    """Check a loaded result against the schema; raise ResultError saying what is wrong."""
+    """Check a loaded result against the schema; raise ResultError saying what is wrong and where."""
     if not isinstance(data, dict):
         raise ResultError(f"{source}: expected a JSON object, got {type(data).__name__}")
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
         raise ResultError(f"{source}: missing keys {missing}")
+    if not isinstance(data["notebook"], str) or not data["notebook"]:
+        raise ResultError(f"{source}: 'notebook' must be a name like '01_measuring'")
+    if not isinstance(data["device"], dict):
+        raise ResultError(f"{source}: 'device' must be an object")
     if not isinstance(data["experiments"], list) or not isinstance(data["claims"], list):
         raise ResultError(f"{source}: 'experiments' and 'claims' must be lists")
-    for c in data["claims"]:
+    for i, c in enumerate(data["claims"]):
         if not isinstance(c, dict) or not {"text", "verdict"} <= c.keys():
-            raise ResultError(f"{source}: every claim needs 'text' and 'verdict'")
-    for e in data["experiments"]:
+            raise ResultError(f"{source}: claim {i} needs 'text' and 'verdict'")
+        if c.get("measured") is not None and not _is_number(c["measured"]):
+            raise ResultError(f"{source}: claim {i} 'measured' must be a number or null, got {c['measured']!r}")
+    for i, e in enumerate(data["experiments"]):
         if not isinstance(e, dict) or not {"name", "before", "after", "speedup"} <= e.keys():
-            raise ResultError(f"{source}: every experiment needs 'name', 'before', 'after', 'speedup'")
+            raise ResultError(f"{source}: experiment {i} needs 'name', 'before', 'after', 'speedup'")
+        if not _is_number(e["speedup"]):
+            raise ResultError(f"{source}: experiment {e['name']!r} 'speedup' must be a number, got {e['speedup']!r}")
+        for side in ("before", "after"):
+            if not isinstance(e[side], dict) or not isinstance(e[side].get("summary"), dict):
+                raise ResultError(f"{source}: experiment {e['name']!r} '{side}' needs a 'summary' object")
     return data
 
 
 def load_result(path: Path | str) -> dict[str, Any]:
-    """Load and validate one result JSON file (raises ResultError with the reason)."""
+    """Load and validate one result JSON file (raises ResultError naming the file and the reason)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ResultError(f"{path}: no such file") from None
+    except UnicodeDecodeError as e:
+        raise ResultError(f"{path}: not a text file ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
         raise ResultError(f"{path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise ResultError(f"{path}: cannot be read ({e.strerror or e})") from None
     return validate(data, str(path))
 
 

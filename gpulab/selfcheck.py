@@ -135,11 +135,20 @@ def monitor_overhead(device: DeviceInfo, *, phases: int = 12, blocks: int = 8, b
     return Measurement("monitor off", times[False]), Measurement("monitor on", times[True])
 
 
-def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
-    """Run the self-check and return (and by default save) its result as 00_device.json."""
+def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False) -> NotebookResult:
+    """Run the self-check and return (and by default save) its result as 00_device.json.
+
+    `progress` shows a bar over its four stages (the full sizes take minutes on a CPU).
+    """
+    from tqdm.auto import tqdm
+
     device = get_device()
     result = NotebookResult("00_device", smoke=smoke, device=device)
+    bar = tqdm(total=4, desc="self-check", disable=not progress)
+    bar.set_postfix_str("peaks")
     peaks = measure_peaks(device, size=1024 if smoke else None)
+    bar.update()
+    bar.set_postfix_str("monitor busy and idle")
     result.record("measured_peaks", peaks.to_dict())
     result.record("datasheet", asdict(device.peaks) if device.peaks else None)
     n, busy_s, idle_s = (256, 0.3, 0.3) if smoke else (8192, 2.0, 1.0)
@@ -147,6 +156,8 @@ def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
     idle = _idle_window(device, idle_s, settle_s=0.0 if smoke else 1.5).trace
     result.record("matmul_window", busy.to_dict())
     result.record("idle_window", idle.to_dict())
+    bar.update()
+    bar.set_postfix_str("monitor overhead")
     off, on = (monitor_overhead(device, phases=2, blocks=3, block_s=0.02, width=256, batch=64) if smoke
                else monitor_overhead(device))
     ratio = on.median / off.median
@@ -155,6 +166,8 @@ def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
                      notes=[f"on/off time ratio {ratio:.4f} (medians of {on.n} alternating blocks)"])
     result.add(cmp)
     result.record("monitor_overhead_ratio", ratio)
+    bar.update()
+    bar.set_postfix_str("verdicts")
 
     gpu_why = "needs a CUDA GPU" if not device.is_cuda else None
     for claim, value, note in floor_claims(device, peaks, smoke):
@@ -174,6 +187,8 @@ def run_check(*, smoke: bool = False, save: bool = True) -> NotebookResult:
     overhead = Claim("the monitor slows a small training loop by under 1%", high=1.0, unit="%", source="monitor")
     result.claim(overhead.check(cmp.estimate().map(lambda r: (1 / r - 1) * 100),
                                 note="on/off step time; interval from both sides' quartiles"))
+    bar.update()
+    bar.close()
     if save:
         result.save()
     return result

@@ -30,14 +30,14 @@ def test_summary_from_fixtures_reports_missing_and_malformed_and_keeps_the_rest(
     md, png = course.write_summary(slug, tmp_path / "out", compare=ref / "nvidia-h100-80gb-hbm3",
                                    expected=["01_measuring", "02_tensor_cores", "05_data_overlap"])
     text = md.read_text()
-    assert "| 01_measuring | bf16 autocast | 2.50x |" in text
-    assert "| 02_tensor_cores | bf16 autocast | 1.00x |" in text
+    assert "| 01_measuring | bf16 autocast | optimisation | 2.50x |" in text
+    assert "| 02_tensor_cores | bf16 autocast | optimisation | 1.00x |" in text
     assert "3.00x" in text  # the reference speedup beside this run's
     assert "skipped 03_fusion.json: " in text and "not valid JSON" in text
     assert "skipped 04_sync_points.json: " in text and "missing keys" in text
     assert "missing: no result for 05_data_overlap" in text
     assert "| 01_measuring | 2-3x faster | 2–3x | 2.5 | confirmed" in text
-    assert "| 01_measuring | 1 | 2.50x: bf16 autocast | 1 | 0 | 0 |" in text  # the per-notebook table
+    assert "| 1 | 2.50x: bf16 autocast | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in text  # the per-notebook table
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -95,11 +95,12 @@ def test_runner_reports_a_failing_notebook_and_goes_on(tmp_path, monkeypatch):
             raise RuntimeError("cell 3 failed")
 
     monkeypatch.setattr(pm, "execute_notebook", fake_execute)
-    monkeypatch.setattr(course, "_check_parameters", lambda nb, params: None)
     run = course.run_course(["01", "02"], smoke=True, out=tmp_path / "run", results=tmp_path / "none",
                             progress=False)
     assert [r.ok for r in run.runs] == [False, True] and "cell 3 failed" in run.runs[0].error
-    assert not run.ok and "missing: no result for 02" in run.summary_md.read_text()
+    text = run.summary_md.read_text()
+    assert not run.ok and "02_tensor_cores ran but wrote no result file" in text
+    assert "01_measuring failed: RuntimeError: cell 3 failed; its results are not shown" in text
 
 
 def test_every_plot_draws_from_result_objects():

@@ -10,6 +10,19 @@ CUDA_NAMES = {  # as torch.cuda.get_device_name reports them
     "NVIDIA A100 80GB PCIe": "A100 80GB PCIe", "NVIDIA A10": "A10", "NVIDIA L4": "L4", "NVIDIA L40S": "L40S",
     "NVIDIA GeForce RTX 3090": "GeForce RTX 3090", "NVIDIA GeForce RTX 4090": "GeForce RTX 4090",
     "Tesla T4": "T4", "Tesla V100-SXM2-16GB": "V100 SXM2", "Tesla V100-PCIE-32GB": "V100 PCIe",
+    "NVIDIA A10G": "A10G", "NVIDIA L40": "L40", "NVIDIA RTX A6000": "RTX A6000",
+    "NVIDIA RTX 6000 Ada Generation": "RTX 6000 Ada Generation", "NVIDIA GeForce RTX 5090": "GeForce RTX 5090",
+    "NVIDIA B200": "B200", "NVIDIA GH200 480GB": "GH200 (96GB HBM3)", "NVIDIA GH200 144G HBM3e": "GH200 (144GB HBM3e)",
+    "NVIDIA H200 NVL": "H200 NVL",
+}
+NEAR_MISSES = {  # a name that contains another entry's name must still map to its own row, or to none
+    "NVIDIA A100-PCIE-40GB": "A100 40GB",  # not the A10
+    "NVIDIA A10": "A10",  # not the A10G
+    "NVIDIA L40S": "L40S",  # not the L40
+    "NVIDIA GH200 480GB": "GH200 (96GB HBM3)",  # not the H200: another memory bandwidth
+    "Quadro RTX 6000": None,  # Turing, not the RTX 6000 Ada
+    "NVIDIA GB200": None,  # not the B200
+    "NVIDIA GeForce RTX 5090 D": None,  # a variant with other tensor limits
 }
 
 
@@ -19,6 +32,17 @@ def test_peak_table_matches_each_gpu_to_its_own_row(name, model):
     assert spec is not None and spec.model == model
     assert spec.source and spec.bandwidth_gbs > 0
     assert set(spec.tflops) <= set(DTYPES) and "fp32" in spec.tflops
+
+
+@pytest.mark.parametrize("name, model", NEAR_MISSES.items())
+def test_near_misses_map_to_the_right_row(name, model):
+    spec = lookup_peaks(name)
+    assert (spec.model if spec else None) == model
+
+
+def test_gh200_has_its_own_memory_bandwidth():
+    assert lookup_peaks("NVIDIA GH200 480GB").bandwidth_gbs == 4000
+    assert lookup_peaks("NVIDIA H200").bandwidth_gbs == 4800
 
 
 def test_peaks_are_dense_and_ordered():

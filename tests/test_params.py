@@ -1,0 +1,64 @@
+"""Each notebook's parameter schema: in step with its parameters cell, its defaults pass, mistakes are named."""
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import gpulab as gl
+from gpulab.params import SCHEMAS, check_params, parse_value
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def _parameters_cell(name: str) -> dict:
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    values: dict = {}
+    exec(src, values)
+    return {k: v for k, v in values.items() if not k.startswith("__")}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_schema_matches_the_notebooks_parameters_and_its_defaults_pass(name):
+    defaults = _parameters_cell(name)
+    assert set(defaults) == set(SCHEMAS[name]), f"{name}: schema and parameters cell differ"
+    assert check_params(defaults, name, unknown=True) == defaults
+    assert check_params(defaults | {"SMOKE": True}, name)["SMOKE"] is True
+
+
+def test_every_notebook_has_a_schema():
+    assert {p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")} == set(SCHEMAS)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"SMOKE": "false"}, "SMOKE='false' must be True or False"),
+    ({"SMOKE": 1}, "SMOKE=1 must be True or False"),
+    ({"BIG_N": "abc"}, "BIG_N='abc' must be an int >= 1 (or None)"),
+    ({"BIG_N": 0}, "BIG_N=0 must be an int >= 1"),
+    ({"BIG_N": 1.5}, "BIG_N=1.5 must be an int"),
+    ({"MIN_TIME_S": -1}, "MIN_TIME_S=-1 must be a finite number > 0"),
+    ({"MIN_TIME_S": math.nan}, "MIN_TIME_S=nan must be a finite number > 0"),
+])
+def test_check_params_names_the_parameter_and_what_it_takes(values, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        gl.check_params(values, "01_measuring")
+
+
+def test_a_notebooks_globals_are_checked_and_other_names_ignored():
+    g = _parameters_cell("03_fusion") | {"torch": object(), "_private": 1}
+    assert "torch" not in check_params(g, "03_fusion")
+    with pytest.raises(ValueError, match=r"MODEL\['n_head'\]=0"):
+        check_params(g | {"MODEL": g["MODEL"] | {"n_head": 0}}, "03_fusion")
+    with pytest.raises(ValueError, match="SWEEP_MODES"):
+        check_params(g | {"SWEEP_MODES": ["fastest"]}, "03_fusion")
+    with pytest.raises(ValueError, match="unknown parameter 'SMOKEE' .did you mean SMOKE"):
+        check_params({"SMOKEE": True}, "03_fusion", unknown=True)
+    with pytest.raises(ValueError, match="no parameter schema for notebook '99_x'"):
+        check_params({}, "99_x")
+
+
+def test_parse_value_reads_python_and_keeps_other_text():
+    assert parse_value("4096") == 4096 and parse_value("0.5") == 0.5 and parse_value("True") is True
+    assert parse_value("None") is None and parse_value("[32, 64]") == [32, 64]
+    assert parse_value("false") == "false" and parse_value("abc") == "abc"
