@@ -62,3 +62,10 @@ def test_parse_value_reads_python_and_keeps_other_text():
     assert parse_value("4096") == 4096 and parse_value("0.5") == 0.5 and parse_value("True") is True
     assert parse_value("None") is None and parse_value("[32, 64]") == [32, 64]
     assert parse_value("false") == "false" and parse_value("abc") == "abc"
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+def test_each_notebook_checks_its_parameters_right_after_the_parameters_cell(name):
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    idx = next(i for i, c in enumerate(nb["cells"]) if "parameters" in c["metadata"].get("tags", []))
+    assert f'gl.check_params(globals(), "{name}")' in "".join(nb["cells"][idx + 1]["source"])
