@@ -127,3 +127,18 @@ def test_agreement_between_two_runs():
     r = agreement(a, b)
     assert r["claims"] == 4 and r["same"] == 2 and r["share_same"] == 0.5
     assert [f[1] for f in r["confirmed_vs_refuted"]] == ["w"]
+
+
+def test_no_decided_reference_claim_has_an_interval_touching_its_band():
+    """In the committed references, a confirmed or refuted claim's interval never sits on a band edge."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "data" / "reference"
+    for f in sorted(root.glob("*/[0-9][0-9]_*.json")):
+        for c in json.loads(f.read_text()).get("claims", []):
+            iv = c.get("interval")
+            if c.get("verdict") not in ("confirmed", "refuted") or not iv or iv[1] <= iv[0]:
+                continue  # older files have no interval; exact counts and definitions have zero width
+            for edge in (c.get("low"), c.get("high")):
+                assert edge is None or not iv[0] <= edge <= iv[1], f"{f.name}: {c['text']} {iv} touches {edge}"
