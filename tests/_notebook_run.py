@@ -1,26 +1,11 @@
-"""Run one notebook in smoke mode through papermill and return (result JSON, executed notebook)."""
+"""Helpers for the tests that assert on a notebook's smoke run (the run itself: the `smoke_run` fixture)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pytest
 
-from gpulab.results import load_result
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-
-
-def run_smoke(name: str, tmp_path: Path, monkeypatch) -> tuple[dict, dict]:
-    papermill = pytest.importorskip("papermill")
-    results = tmp_path / "results"
-    monkeypatch.setenv("GPULAB_RESULTS", str(results))
-    out = tmp_path / f"{name}.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), parameters={"SMOKE": True},
-                               kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False)
-    files = list(results.glob(f"*/{name}.json"))
-    assert len(files) == 1, f"{name} wrote no result JSON under {results}"
-    return load_result(files[0]), json.loads(out.read_text())
 
 
 def html_outputs(executed: dict) -> str:

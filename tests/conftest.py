@@ -13,3 +13,38 @@ def cpu_device():
     from gpulab.device import DeviceInfo
 
     return DeviceInfo(kind="cpu", name="CPU")
+
+
+_SMOKE_RUNS: dict = {}
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """Run a notebook once per test session in smoke mode; returns (result JSON, executed notebook).
+
+    Every test that asserts on a notebook's output shares this one run, so CI runs each notebook once.
+    """
+    import json
+    from pathlib import Path
+
+    from gpulab.results import load_result
+
+    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
+
+    def run(name: str) -> tuple[dict, dict]:
+        if name not in _SMOKE_RUNS:
+            papermill = pytest.importorskip("papermill")
+            tmp = tmp_path_factory.mktemp(name)
+            out = tmp / f"{name}.ipynb"
+            mp = pytest.MonkeyPatch()
+            mp.setenv("GPULAB_RESULTS", str(tmp / "results"))
+            try:
+                papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out), parameters={"SMOKE": True},
+                                           kernel_name="python3", cwd=str(notebooks), progress_bar=False)
+            finally:
+                mp.undo()
+            files = list((tmp / "results").glob(f"*/{name}.json"))
+            assert len(files) == 1, f"{name} wrote no result JSON under {tmp / 'results'}"
+            _SMOKE_RUNS[name] = (load_result(files[0]), json.loads(out.read_text()))
+        return _SMOKE_RUNS[name]
+    return run

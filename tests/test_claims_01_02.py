@@ -2,30 +2,13 @@
 the notebook ends with a table of every claim of the guide's §1."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from gpulab.claims import EVIDENCE
-from gpulab.results import load_result
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-
-
-def run_smoke(name: str, tmp_path_factory) -> tuple[dict, dict]:
-    papermill = pytest.importorskip("papermill")
-    tmp = tmp_path_factory.mktemp(name)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GPULAB_RESULTS", str(tmp / "results"))
-    try:
-        papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(tmp / "out.ipynb"),
-                                   parameters={"SMOKE": True}, kernel_name="python3", cwd=str(NOTEBOOKS),
-                                   progress_bar=False)
-    finally:
-        mp.undo()
-    (path,) = (tmp / "results").glob(f"*/{name}.json")
-    return load_result(path), json.loads((tmp / "out.ipynb").read_text())
 
 
 def check_common(data: dict, executed: dict, table_title: str) -> dict[str, dict]:
@@ -45,8 +28,8 @@ def check_common(data: dict, executed: dict, table_title: str) -> dict[str, dict
 
 
 @pytest.mark.notebook
-def test_01_claims_are_labelled_and_tabled(tmp_path_factory):
-    data, executed = run_smoke("01_measuring", tmp_path_factory)
+def test_01_claims_are_labelled_and_tabled(smoke_run):
+    data, executed = smoke_run("01_measuring")
     claims = check_common(data, executed, "01 · every claim of the guide")
     kinds = {e["name"]: e["kind"] for e in data["experiments"]}
     assert kinds["busy vs useful: tiny kernels vs one big matmul"] == "demonstration"
@@ -62,8 +45,8 @@ def test_01_claims_are_labelled_and_tabled(tmp_path_factory):
 
 
 @pytest.mark.notebook
-def test_02_claims_are_labelled_and_tabled(tmp_path_factory):
-    data, executed = run_smoke("02_tensor_cores", tmp_path_factory)
+def test_02_claims_are_labelled_and_tabled(smoke_run):
+    data, executed = smoke_run("02_tensor_cores")
     claims = check_common(data, executed, "02 · every claim of the guide")
     kinds = {e["name"]: e["kind"] for e in data["experiments"]}
     assert kinds["matrix size: many small matmuls vs one big one"] == "demonstration"

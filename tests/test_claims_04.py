@@ -1,14 +1,12 @@
 """04_sync_points in smoke mode: every claim of guide §4 is in the result, each with its evidence and interval."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from gpulab.claims import EVIDENCE, VERDICTS
 from gpulab.experiment import KINDS
-from gpulab.results import load_result
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAME = "04_sync_points"
@@ -28,19 +26,8 @@ CLAIMS = [".item() forces a CPU-GPU sync", ".cpu() forces a CPU-GPU sync",
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    papermill = pytest.importorskip("papermill")
-    tmp = tmp_path_factory.mktemp(NAME)
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GPULAB_RESULTS", str(tmp / "results"))
-    out = tmp / f"{NAME}.ipynb"
-    try:
-        papermill.execute_notebook(str(NOTEBOOKS / f"{NAME}.ipynb"), str(out), parameters={"SMOKE": True},
-                                   kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False)
-    finally:
-        mp.undo()
-    (path,) = list((tmp / "results").glob(f"*/{NAME}.json"))
-    return load_result(path), json.loads(out.read_text())
+def run(smoke_run):
+    return smoke_run(NAME)
 
 
 @pytest.mark.notebook

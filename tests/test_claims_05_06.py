@@ -2,12 +2,10 @@
 interval, fed loops are timed as pipelines, and each notebook ends with its table of claims."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from gpulab.results import load_result
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -15,20 +13,15 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 @pytest.mark.notebook
 @pytest.mark.parametrize("name, title", [("05_data_overlap", "Every quantitative claim of §5"),
                                          ("06_batch_size", "Every quantitative claim of §6")])
-def test_claims_have_evidence_intervals_and_a_table(name, title, tmp_path, monkeypatch):
-    papermill = pytest.importorskip("papermill")
-    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path / "results"))
-    out = tmp_path / f"{name}.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), parameters={"SMOKE": True},
-                               kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False)
-    data = load_result(next((tmp_path / "results").glob(f"*/{name}.json")))
+def test_claims_have_evidence_intervals_and_a_table(name, title, smoke_run):
+    data, executed = smoke_run(name)
     for c in data["claims"]:
         assert c["evidence"] in ("measured", "arithmetic", "datasheet", "definition"), c
         if c["verdict"] in ("confirmed", "refuted", "inconclusive"):
             assert c["interval"] is not None and c["interval"][0] <= c["measured"] <= c["interval"][1], c
     for e in data["experiments"]:
         assert e["kind"] in ("optimisation", "demonstration"), e["name"]
-    html = [o["data"]["text/html"] for cell in json.loads(out.read_text())["cells"] for o in cell.get("outputs", [])
+    html = [o["data"]["text/html"] for cell in executed["cells"] for o in cell.get("outputs", [])
             if "text/html" in o.get("data", {})]
     assert any(title in "".join(h) for h in html), f"{name}: no closing table of claims"
     if name == "05_data_overlap":

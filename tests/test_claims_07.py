@@ -1,18 +1,14 @@
 """07 in smoke mode: its claims carry evidence and intervals, the new claims are there, the table is shown."""
 import pytest
 
-from _notebook_run import check_claims_contract, html_outputs, run_smoke
+from _notebook_run import check_claims_contract, html_outputs
 
 pytestmark = pytest.mark.notebook
 
 
 @pytest.fixture(scope="module")
-def run07(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    try:
-        yield run_smoke("07_mixed_precision", tmp_path_factory.mktemp("nb07"), mp)
-    finally:
-        mp.undo()
+def run07(smoke_run):
+    return smoke_run("07_mixed_precision")
 
 
 def test_claims_contract(run07):

@@ -1,19 +1,15 @@
 """08 in smoke mode: no number of another system is confirmed or refuted; what transfers is judged; table shown."""
 import pytest
 
-from _notebook_run import check_claims_contract, html_outputs, run_smoke
+from _notebook_run import check_claims_contract, html_outputs
 from gpulab.case_study import OTHER_SYSTEMS
 
 pytestmark = pytest.mark.notebook
 
 
 @pytest.fixture(scope="module")
-def run08(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    try:
-        yield run_smoke("08_case_study", tmp_path_factory.mktemp("nb08"), mp)
-    finally:
-        mp.undo()
+def run08(smoke_run):
+    return smoke_run("08_case_study")
 
 
 def test_claims_contract(run08):

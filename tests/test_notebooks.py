@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.results import load_result
-
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 EXPECTED = ["01_measuring", "02_tensor_cores", "03_fusion", "04_sync_points",
@@ -34,16 +32,8 @@ def test_notebook_is_stripped_and_parameterised(name):
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", EXPECTED)
-def test_notebook_smoke_run(name, tmp_path, monkeypatch):
-    papermill = pytest.importorskip("papermill")
-    results = tmp_path / "results"
-    monkeypatch.setenv("GPULAB_RESULTS", str(results))
-    out = tmp_path / f"{name}.ipynb"
-    papermill.execute_notebook(str(NOTEBOOKS / f"{name}.ipynb"), str(out), parameters={"SMOKE": True},
-                               kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False)
-    files = list(results.glob(f"*/{name}.json"))
-    assert len(files) == 1, f"{name} wrote no result JSON under {results}"
-    data = load_result(files[0])
+def test_notebook_smoke_run(name, smoke_run):
+    data, executed = smoke_run(name)
     assert data["notebook"] == name and data["smoke"] is True
     assert data["experiments"], f"{name}: no before/after experiment recorded"
     for e in data["experiments"]:
@@ -55,6 +45,5 @@ def test_notebook_smoke_run(name, tmp_path, monkeypatch):
             assert c["measured"] is not None, c
         else:
             assert c["note"], f"{name}: an untested claim must say why: {c['text']}"
-    executed = json.loads(out.read_text())
     images = [o for cell in executed["cells"] for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) >= 2, f"{name}: expected at least a utilization plot and an MFU plot as PNG outputs"
