@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .claims import Estimate
+from .claims import Estimate, difference  # noqa: F401  (difference: used by notebook 06)
 from .dataloading import _check_int, as_torch_device, synchronize
 from .device import get_device
 from .experiment import RunResult, measure
@@ -411,25 +411,8 @@ def row_for(rows: Sequence[dict[str, Any]], key: str, value: Any) -> dict[str, A
 
 def trace_estimate(run: RunResult | None, metric: str) -> Estimate | None:
     """A monitored run's mean of `metric` (NVML utilization, ...) with the quartiles of its samples as the
-    interval; exact for a single or whole-window reading; None when the metric was not recorded."""
-    from .timing import quantiles
-
-    trace = run.trace if run is not None else None
-    mean = trace.mean(metric) if trace else None
-    if mean is None:
-        return None
-    vals = trace.values(metric)
-    if metric in trace.window or len(vals) < 2:
-        return Estimate.exact(mean)
-    q1, _, q3 = quantiles(vals)
-    return Estimate(mean, min(q1, mean), max(q3, mean))
-
-
-def difference(a: Estimate | None, b: Estimate | None) -> Estimate | None:
-    """a - b with the widest interval the two allow; None if either is missing."""
-    if a is None or b is None:
-        return None
-    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
+    interval (`Trace.estimate`); None when the run or the metric was not recorded."""
+    return run.trace.estimate(metric) if run is not None and run.trace is not None else None
 
 
 def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: dict[int, float]) -> Estimate | None:

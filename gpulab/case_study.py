@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .claims import Claim, Estimate
+from .claims import Claim, Estimate, difference, ratio
 from .device import lookup_peaks
-from .timing import quantiles
 
 VLM = ("the guide's numbers are an 8xA100 vision-language model (Qwen3-VL backbone) that starts data-starved; "
        "here one GPU trains a GPT from memory")
@@ -25,29 +24,10 @@ SQRT10 = math.sqrt(10)  # "the same order of magnitude": within a factor sqrt(10
 
 
 def trace_estimate(run: Any, metric: str) -> Estimate | None:
-    """A monitored metric over a run's window: its mean (GPM: the whole-window value) and the quartiles of
-    its samples as the interval; None where the metric was not recorded."""
+    """A monitored metric over a run's window with the quartiles of its samples as the interval; None where
+    the metric was not recorded."""
     trace = getattr(run, "trace", None)
-    if trace is None or trace.mean(metric) is None:
-        return None
-    mean = trace.mean(metric)
-    vals = trace.values(metric) or [mean]
-    q1, _, q3 = quantiles(vals)
-    return Estimate(mean, min(q1, mean), max(q3, mean))
-
-
-def ratio(a: Estimate | None, b: Estimate | None) -> Estimate | None:
-    """a / b of two positive estimates, the interval from their ends crossed."""
-    if a is None or b is None or b.lo <= 0:
-        return None
-    return Estimate(a.value / b.value, a.lo / b.hi, a.hi / b.lo)
-
-
-def difference(a: Estimate | None, b: Estimate | None) -> Estimate | None:
-    """a - b, the interval from their ends crossed."""
-    if a is None or b is None:
-        return None
-    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
+    return trace.estimate(metric) if trace is not None else None
 
 
 def step_with(steps: list[Any], field: str) -> tuple[Any, Any]:

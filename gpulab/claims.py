@@ -88,6 +88,21 @@ def estimate_of(x: Any) -> Estimate | None:
     return None if v is None else Estimate.exact(v)
 
 
+def ratio(a: Estimate | None, b: Estimate | None) -> Estimate | None:
+    """a / b with the widest interval the two allow (a.lo / b.hi to a.hi / b.lo); None if either is missing
+    or b's interval reaches zero."""
+    if a is None or b is None or b.lo <= 0:
+        return None
+    return Estimate(a.value / b.value, a.lo / b.hi, a.hi / b.lo)
+
+
+def difference(a: Estimate | None, b: Estimate | None) -> Estimate | None:
+    """a - b with the widest interval the two allow (a.lo - b.hi to a.hi - b.lo); None if either is missing."""
+    if a is None or b is None:
+        return None
+    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
+
+
 def interval_of(x: Any) -> tuple[float, float] | None:
     """(lo, hi) of a measurement, comparison, speedup or estimate; None when there is none."""
     e = estimate_of(x)

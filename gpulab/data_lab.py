@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from .batchsize import (GPTTrainStep, batch_sweep, column, gpt_step_memory_estimate,  # noqa: F401  (old home)
                         peak_memory_gb, row_for, trace_estimate)
-from .claims import Estimate
+from .claims import Estimate, ratio  # noqa: F401  (ratio: used by notebooks 05 and 06 as dl.ratio)
 from .dataloading import CUDAPrefetcher, _check_int, as_torch_device, synchronize, to_device
 from .device import get_device, usable_cores  # noqa: F401  (usable_cores: used by notebook 05)
 from .experiment import Comparison, RunResult, default_min_time, measure
@@ -429,13 +429,6 @@ def data_wait(run: RunResult) -> Estimate | None:
     if not waits:
         return None
     return Estimate(statistics.median(waits), min(waits), max(waits))
-
-
-def ratio(a: Estimate | None, b: Estimate | None) -> Estimate | None:
-    """a / b with the widest interval the two allow (a.lo / b.hi to a.hi / b.lo); None if either is missing."""
-    if a is None or b is None or b.lo <= 0:
-        return None
-    return Estimate(a.value / b.value, a.lo / b.hi, a.hi / b.lo)
 
 
 def share_of_best(rates: dict[Any, Estimate], key: Any) -> Estimate | None:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from . import checks
 from .claims import Claim, Estimate, as_number
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
@@ -300,8 +301,7 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     for pname, v in (("after_flops", after_flops), ("after_items", after_items)):
         if v is not None and (as_number(v) is None or v <= 0):
             raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None: same as the before side)")
-    if not isinstance(rounds, int) or rounds < 0:
-        raise ValueError(f"rounds={rounds!r} must be an int >= 0")
+    checks.positive_int("rounds", rounds, minimum=0)
     device = device or get_device()
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)

@@ -9,12 +9,12 @@ utilization against short bursts of work whose busy time is known, and the cours
 """
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .claims import Estimate
+from . import claims
+from .claims import Estimate, difference  # noqa: F401  (difference: used by notebook 01 as ms.difference)
 from .device import DeviceInfo, get_device
 from .monitor import Monitor, Trace
 from .timing import quantiles
@@ -25,12 +25,7 @@ from .timing import quantiles
 def samples_estimate(trace: Trace | None, metric: str) -> Estimate | None:
     """Mean of `metric`'s samples over the window; its interval is the samples' interquartile range
     (widened to hold the mean). None when the metric has no samples."""
-    vals = trace.values(metric) if trace is not None else []
-    if not vals:
-        return None
-    mean = statistics.fmean(vals)
-    q1, _, q3 = quantiles(vals)
-    return Estimate(mean, min(q1, mean), max(q3, mean))
+    return trace.estimate(metric, samples_only=True) if trace is not None else None
 
 
 def gpm_estimate(trace: Trace | None, metric: str) -> Estimate | None:
@@ -49,12 +44,7 @@ def ratio(a: Estimate, b: Estimate) -> Estimate:
     """a / b of two positive estimates, the interval from both ends (a.lo / b.hi to a.hi / b.lo)."""
     if min(a.lo, b.lo) <= 0:
         raise ValueError(f"ratio needs positive estimates, got {a!r} and {b!r}")
-    return Estimate(a.value / b.value, a.lo / b.hi, a.hi / b.lo)
-
-
-def difference(a: Estimate, b: Estimate) -> Estimate:
-    """a - b, the interval from both ends (a.lo - b.hi to a.hi - b.lo)."""
-    return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
+    return claims.ratio(a, b)
 
 
 def mfu_estimate(run: Any, peak_tflops: float | None) -> Estimate | None:

@@ -20,7 +20,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .checks import positive_float
+from .checks import positive_float, positive_int
+from .claims import Estimate
 from .device import DeviceInfo, get_device
 
 METRICS = {
@@ -58,6 +59,28 @@ class Trace:
             return self.window[metric]
         vals = self.values(metric)
         return statistics.fmean(vals) if vals else None
+
+    def estimate(self, metric: str, *, samples_only: bool = False) -> Estimate | None:
+        """The window's mean of `metric` with the interquartile range of its samples as the interval.
+
+        A whole-window reading (GPM) or a single sample is exact; `samples_only` ignores the whole-window
+        value and uses the samples alone. None when the metric was not recorded.
+        """
+        from .timing import quantiles
+
+        vals = self.values(metric)
+        if samples_only:
+            if not vals:
+                return None
+            mean = statistics.fmean(vals)
+        else:
+            mean = self.mean(metric)
+            if mean is None:
+                return None
+            if metric in self.window or len(vals) < 2:
+                return Estimate.exact(mean)
+        q1, _, q3 = quantiles(vals)
+        return Estimate(mean, min(q1, mean), max(q3, mean))
 
     def summary(self) -> dict[str, float | None]:
         return {m: self.mean(m) for m in METRICS if self.available.get(m) == "ok"}
@@ -312,10 +335,8 @@ def watch(fn: Any, seconds: float = GPM_MIN_WINDOW_S, device: DeviceInfo | None 
 
     if not callable(fn):
         raise ValueError("fn must be callable")
-    if not (isinstance(seconds, (int, float)) and 0 < seconds < float("inf")):
-        raise ValueError(f"seconds={seconds!r} must be a finite number > 0")
-    if not isinstance(sync_every, int) or sync_every < 1:
-        raise ValueError(f"sync_every={sync_every!r} must be an int >= 1")
+    positive_float("seconds", seconds)
+    positive_int("sync_every", sync_every)
     device = device or get_device()
 
     def sync():

@@ -43,17 +43,6 @@ FIXES = (("BF16 autocast (tensor cores)", dict(bf16=True)),
          ("fused GELU and AdamW", dict(fused=True)))  # in the order the evidence points to them
 
 
-def check_claim(claim: Any, value: float | None, *, interval: tuple[float, float] | None = None, note: str = "",
-                measurement: str | None = None) -> Any:
-    """`claim.check` with the measurement's interval."""
-    return claim.check(value, interval=interval, note=note, measurement=measurement)
-
-
-def not_comparable(claim: Any, proxy: float | None, reason: str) -> Any:
-    """Mark a claim about another system as not comparable, with our proxy measurement beside it."""
-    return claim.not_comparable(proxy, reason)
-
-
 class ResidualMLP(nn.Module):
     """`depth` residual blocks of LayerNorm -> Linear(d, 4d) -> GELU -> Linear(4d, d), then a linear head."""
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .device import DeviceInfo, get_device, measure_peaks, synchronize
-from .claims import Claim, Estimate
+from .claims import Claim
 from .experiment import Comparison, RunResult
 from .monitor import Monitor, Trace, watch
 from .results import NotebookResult
@@ -33,20 +33,6 @@ def _matmul_window(device: DeviceInfo, seconds: float, n: int) -> Trace:
 # dense BF16 peak on an 8192³ matmul and about 90% of its memory bandwidth on a large copy.
 BF16_FLOOR = 0.60
 COPY_FLOOR = 0.70
-
-
-def _samples(trace, metric: str) -> Estimate | None:
-    """A window's mean of `metric` with the quartiles of its samples as the interval."""
-    from .timing import quantiles
-
-    vals = trace.values(metric)
-    mean = trace.mean(metric)
-    if mean is None:
-        return None
-    if metric in trace.window or len(vals) < 2:  # one whole-window reading: no spread to show
-        return Estimate.exact(mean)
-    q1, _, q3 = quantiles(vals)
-    return Estimate(mean, min(q1, mean), max(q3, mean))
 
 
 def floor_claims(device: DeviceInfo, peaks, smoke: bool) -> list[tuple[Claim, Any, str]]:
@@ -176,11 +162,11 @@ def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False)
     gpm_why = busy.available.get("gpm_tensor_active")
     monitor_claims = [
         (Claim("NVML utilization >= 90% during ~2 s of large BF16 matmuls", low=90, unit="%", source="monitor"),
-         _samples(busy, "nvml_util"), gpu_why or "NVML not available"),
+         busy.estimate("nvml_util"), gpu_why or "NVML not available"),
         (Claim("GPM tensor activity > 50% during ~2 s of large BF16 matmuls", low=50, unit="%", source="monitor"),
-         _samples(busy, "gpm_tensor_active"), gpu_why or gpm_why or "GPM not available"),
+         busy.estimate("gpm_tensor_active"), gpu_why or gpm_why or "GPM not available"),
         (Claim("NVML utilization < 10% during ~1 s idle", high=10, unit="%", source="monitor"),
-         _samples(idle, "nvml_util"), gpu_why or "NVML not available"),
+         idle.estimate("nvml_util"), gpu_why or "NVML not available"),
     ]
     for claim, value, why in monitor_claims:
         result.claim(claim.check(value) if value is not None else claim.untestable(why))

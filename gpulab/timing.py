@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import checks
 from .claims import Estimate
 
 NOISE_THRESHOLD = 0.10  # IQR over median above this is flagged as noisy, as torch.utils.benchmark does
@@ -154,10 +155,8 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     """
     if not callable(fn):
         raise ValueError("fn must be callable")
-    if not (isinstance(min_time_s, (int, float)) and min_time_s > 0 and min_time_s != float("inf")):
-        raise ValueError(f"min_time_s={min_time_s!r} must be a finite number > 0")
-    if not (isinstance(warmup_s, (int, float)) and 0 <= warmup_s < float("inf")):
-        raise ValueError(f"warmup_s={warmup_s} must be >= 0")
+    checks.positive_float("min_time_s", min_time_s)
+    checks.positive_float("warmup_s", warmup_s, allow_zero=True)
     if min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError(f"min_repeats={min_repeats}, max_repeats={max_repeats}: need 1 <= min_repeats <= max_repeats")
     use_events = _on_cuda(device) and clock is None

@@ -23,3 +23,37 @@ def check_claims_contract(data: dict) -> None:
             assert c["note"], c
     for e in data["experiments"]:
         assert e["kind"] in ("optimisation", "demonstration"), e["name"]
+
+
+def check_claims_listed(data: dict, expected: list[str]) -> None:
+    """Each expected claim is in the result; judged measurements carry an interval; the rest say why."""
+    from gpulab.claims import EVIDENCE, VERDICTS
+
+    texts = [c["text"] for c in data["claims"]]
+    for t in expected:
+        assert t in texts, t
+    for c in data["claims"]:
+        assert c["verdict"] in VERDICTS and c["evidence"] in EVIDENCE, c
+        if c["verdict"] in ("confirmed", "refuted", "inconclusive") and c["evidence"] == "measured":
+            assert c["interval"] is not None and c["interval"][0] <= c["measured"] <= c["interval"][1], c
+        if c["verdict"] in ("not tested", "not comparable"):
+            assert c["note"], c
+
+
+def check_experiments_listed(data: dict, expected: list[str]) -> None:
+    """Each expected experiment kept its name, and every experiment says its kind."""
+    from gpulab.experiment import KINDS
+
+    names = [e["name"] for e in data["experiments"]]
+    for n in expected:
+        assert n in names, n
+    assert all(e["kind"] in KINDS for e in data["experiments"])
+
+
+def check_table_before_try_this(executed: dict, title: str) -> None:
+    """The claims table titled `title` is shown before the notebook's "Try this" section."""
+    cells = executed["cells"]
+    table = [i for i, c in enumerate(cells) for o in c.get("outputs", [])
+             if title in "".join(o.get("data", {}).get("text/html", ""))]
+    try_this = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "## Try this" in "".join(c["source"])]
+    assert table and try_this and table[0] < try_this[-1]

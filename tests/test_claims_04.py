@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.claims import EVIDENCE, VERDICTS
-from gpulab.experiment import KINDS
+from _notebook_run import check_claims_listed, check_experiments_listed, check_table_before_try_this
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NAME = "04_sync_points"
@@ -32,32 +31,14 @@ def run(smoke_run):
 
 @pytest.mark.notebook
 def test_every_claim_has_evidence_and_an_interval_when_judged(run):
-    data, _ = run
-    texts = [c["text"] for c in data["claims"]]
-    for t in CLAIMS:
-        assert t in texts, t
-    for c in data["claims"]:
-        assert c["verdict"] in VERDICTS and c["evidence"] in EVIDENCE, c
-        if c["verdict"] in ("confirmed", "refuted", "inconclusive") and c["evidence"] == "measured":
-            assert c["interval"] is not None and c["interval"][0] <= c["measured"] <= c["interval"][1], c
-        if c["verdict"] in ("not tested", "not comparable"):
-            assert c["note"], c
+    check_claims_listed(run[0], CLAIMS)
 
 
 @pytest.mark.notebook
 def test_experiments_keep_their_names_and_say_their_kind(run):
-    data, _ = run
-    names = [e["name"] for e in data["experiments"]]
-    for n in EXPERIMENTS:
-        assert n in names, n
-    assert all(e["kind"] in KINDS for e in data["experiments"])
+    check_experiments_listed(run[0], EXPERIMENTS)
 
 
 @pytest.mark.notebook
 def test_the_claims_table_is_shown_before_try_this(run):
-    _, nb = run
-    cells = nb["cells"]
-    table = [i for i, c in enumerate(cells) for o in c.get("outputs", [])
-             if "Guide §4 and the fixes it cites" in "".join(o.get("data", {}).get("text/html", ""))]
-    try_this = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "## Try this" in "".join(c["source"])]
-    assert table and try_this and table[0] < try_this[-1]
+    check_table_before_try_this(run[1], "Guide §4 and the fixes it cites")
