@@ -10,6 +10,7 @@
 from . import flops
 from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
 from .claims import Claim, Estimate, claims_table_html, interval_of
+from .lesson import ClaimSpec, Lesson, lesson
 from .experiment import Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
 from .monitor import Monitor, Trace, watch
@@ -23,6 +24,7 @@ from .traces import step_memory, time_breakdown
 __all__ = [
     "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
     "Measurement", "benchmark", "compare",
+    "lesson", "Lesson", "ClaimSpec",
     "flops", "count_flops", "mfu",
     "Monitor", "Trace", "watch",
     "profile", "find_syncs", "nvtx_range", "time_breakdown", "step_memory",

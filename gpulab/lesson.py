@@ -1,0 +1,255 @@
+"""One call at the top of a lesson notebook: the device, its sizes, the result object, the reference, and the
+section's claims declared as data.
+
+    lesson = gl.lesson("01_measuring", globals(),
+                       full=dict(BIG_N=4096, MIN_TIME_S=1.0), smoke=dict(BIG_N=64, MIN_TIME_S=0.05),
+                       claims=[dict(key="mfu", text="40-60% MFU: good transformer training", low=40, high=60,
+                                    unit="%", source="guide §1", needs=("cuda",))])
+    dev, res = lesson.device, lesson.result
+    ...
+    lesson.check("mfu", comparison)          # "not tested: needs a CUDA GPU" comes from `needs`, in one place
+    lesson.save()
+
+Sizes: a parameter left at None takes the full size on a CUDA GPU, the smoke size with SMOKE=True or without a
+GPU, and is written back into the notebook's namespace. The result JSON records `smoke` as the sizes actually
+used, however the notebook was started (papermill, Jupyter, a script).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from .claims import EVIDENCE, Claim
+from .device import DeviceInfo, get_device
+from .results import NotebookResult, load_reference
+
+# What a claim may need, and how to tell whether this run has it: need -> (test(lesson) -> reason or None).
+NEEDS: dict[str, Callable[[Lesson], str | None]] = {}
+
+
+def need(name: str) -> Callable[[Callable[[Lesson], str | None]], Callable[[Lesson], str | None]]:
+    """Register a requirement a claim can name in `needs` (a function giving the reason it is missing, or None)."""
+    def register(fn: Callable[[Lesson], str | None]) -> Callable[[Lesson], str | None]:
+        NEEDS[name] = fn
+        return fn
+    return register
+
+
+@need("cuda")
+def _cuda(lesson: Lesson) -> str | None:
+    return None if lesson.device.is_cuda else "needs a CUDA GPU"
+
+
+@need("full")
+def _full(lesson: Lesson) -> str | None:
+    return None if not lesson.small else "needs the full sizes (this run used smoke sizes)"
+
+
+@need("nvml")
+def _nvml(lesson: Lesson) -> str | None:
+    return lesson._availability("nvml_util", "needs NVML (a CUDA GPU with nvidia-ml-py)")
+
+
+@need("gpm")
+def _gpm(lesson: Lesson) -> str | None:
+    return lesson._availability("gpm_tensor_active", "needs GPM counters (Hopper or newer, recent driver)")
+
+
+@need("fp8")
+def _fp8(lesson: Lesson) -> str | None:
+    from .matmul_lab import dtype_support
+    why = dtype_support(lesson.device, "fp8")
+    return f"needs FP8 tensor cores: {why}" if why else None
+
+
+@need("bf16")
+def _bf16(lesson: Lesson) -> str | None:
+    from .matmul_lab import dtype_support
+    why = dtype_support(lesson.device, "bf16")
+    return f"needs BF16: {why}" if why else None
+
+
+@need("compiler")
+def _compiler(lesson: Lesson) -> str | None:
+    from .compile_lab import compiler_available
+    ok, why = compiler_available(lesson.device.torch_device)
+    return None if ok else f"needs a compiler for torch.compile: {why}"
+
+
+@need("multi_gpu")
+def _multi_gpu(lesson: Lesson) -> str | None:
+    import torch
+    n = torch.cuda.device_count() if lesson.device.is_cuda else 0
+    return None if n >= 2 else f"needs two or more CUDA GPUs (this machine has {n})"
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """A claim of the guide as data: its text, the band it predicts, where it comes from and what it needs."""
+
+    key: str
+    text: str
+    low: float | None = None
+    high: float | None = None
+    unit: str = "x"
+    source: str = ""
+    evidence: str = "measured"
+    needs: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.key or not isinstance(self.key, str):
+            raise ValueError(f"claim key={self.key!r} must be a non-empty string")
+        unknown = [n for n in self.needs if n not in NEEDS]
+        if unknown:
+            raise ValueError(f"claim {self.key!r}: needs={unknown}; allowed: {', '.join(sorted(NEEDS))}")
+        if self.evidence not in EVIDENCE:
+            raise ValueError(f"claim {self.key!r}: evidence={self.evidence!r}; allowed: {', '.join(EVIDENCE)}")
+
+    def new(self) -> Claim:
+        return Claim(self.text, low=self.low, high=self.high, unit=self.unit, source=self.source,
+                     evidence=self.evidence)
+
+
+def _as_spec(c: ClaimSpec | dict[str, Any]) -> ClaimSpec:
+    if isinstance(c, ClaimSpec):
+        return c
+    if not isinstance(c, dict):
+        raise ValueError(f"a claim is a dict or ClaimSpec, got {type(c).__name__}")
+    c = dict(c)
+    c["needs"] = tuple([c["needs"]] if isinstance(c.get("needs"), str) else c.get("needs", ()))
+    return ClaimSpec(**c)
+
+
+@dataclass
+class Lesson:
+    """What a lesson notebook needs from its first cell on: device, sizes, result, reference and claims."""
+
+    name: str
+    device: DeviceInfo
+    small: bool
+    sizes: dict[str, Any]
+    result: NotebookResult
+    reference: dict[str, Any] | None
+    claims: dict[str, ClaimSpec] = field(default_factory=dict)
+    _monitor_availability: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def gpu(self) -> bool:
+        """True on a CUDA GPU."""
+        return self.device.is_cuda
+
+    def _availability(self, metric: str, reason: str) -> str | None:
+        if not self.device.is_cuda:
+            return reason
+        if self._monitor_availability is None:
+            from .monitor import availability
+            self._monitor_availability = availability(self.device)
+        state = self._monitor_availability.get(metric, "not reported")
+        return None if state == "ok" else f"{reason}: {state}"
+
+    def missing(self, *needs: str) -> str | None:
+        """Why this run cannot test something that needs `needs` ("needs a CUDA GPU; ..."), or None."""
+        reasons = []
+        for n in needs:
+            if n not in NEEDS:
+                raise ValueError(f"need={n!r}; allowed: {', '.join(sorted(NEEDS))}")
+            why = NEEDS[n](self)
+            if why:
+                reasons.append(why)
+        return "; ".join(reasons) or None
+
+    def spec(self, key: str) -> ClaimSpec:
+        if key not in self.claims:
+            raise KeyError(f"no claim {key!r} in {self.name}; declared: {', '.join(self.claims) or 'none'}")
+        return self.claims[key]
+
+    def testable(self, key: str) -> bool:
+        """Whether this run has everything claim `key` needs."""
+        return self.missing(*self.spec(key).needs) is None
+
+    def check(self, key: str, measured: Any, note: str = "", *, interval: tuple[float, float] | None = None,
+              measurement: str | None = None) -> Claim:
+        """Judge claim `key` on a measurement (or mark it not tested when this run lacks what it needs); record it."""
+        spec = self.spec(key)
+        why = self.missing(*spec.needs)
+        claim = spec.new()
+        if why:
+            claim.untestable(why)
+        else:
+            claim.check(measured, note, interval=interval, measurement=measurement)
+        return self.result.claim(claim)
+
+    def not_comparable(self, key: str, proxy: Any = None, reason: str = "", *,
+                       measurement: str | None = None) -> Claim:
+        """Record claim `key` as belonging to another system, our proxy shown beside it."""
+        return self.result.claim(self.spec(key).new().not_comparable(proxy, reason, measurement=measurement))
+
+    def untested(self, key: str, reason: str) -> Claim:
+        """Record claim `key` as not tested here, with the reason."""
+        return self.result.claim(self.spec(key).new().untestable(reason))
+
+    def pending(self) -> list[str]:
+        """Declared claims not recorded yet (each should end checked, not comparable or not tested)."""
+        done = {c.text for c in self.result.claims}
+        return [k for k, s in self.claims.items() if s.text not in done]
+
+    def save(self) -> Any:
+        """Mark declared claims that were never reached as not tested, then write the result JSON atomically."""
+        for key in self.pending():
+            why = self.missing(*self.spec(key).needs) or "not reached in this run"
+            self.untested(key, why)
+        return self.result.save()
+
+    def _repr_html_(self) -> str:
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        banner = "" if self.gpu else (
+            "<p><b>No CUDA GPU here.</b> Everything below runs on the CPU at smoke sizes; GPU-only readings show "
+            "<i>n/a</i>, the claims about them are marked <i>not tested</i>, and the reference GPU's numbers are "
+            "shown beside ours where they exist.</p>")
+        ref = (f"reference: {self.reference['device']['name']}" if self.reference and self.reference.get("device")
+               else "no reference result for this notebook")
+        return (f"{self.device._repr_html_() if hasattr(self.device, '_repr_html_') else self.device}"
+                f"<p><b>{self.name}</b> at {'smoke' if self.small else 'full'} sizes: {sizes}<br>{ref}</p>{banner}")
+
+
+def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any], smoke: dict[str, Any] | None = None,
+           claims: Iterable[ClaimSpec | dict[str, Any]] = (), device: DeviceInfo | None = None,
+           show: bool = True) -> Lesson:
+    """Start lesson `name`: choose sizes, make its result object, load the reference, declare its claims.
+
+    `namespace` is the notebook's `globals()`: its SMOKE flag is read, and every parameter in `full` that is
+    None there is set to the smoke or full default and written back, so later cells use it by name.
+    `smoke` overrides `full` at smoke sizes (keys missing from it keep the full value).
+    """
+    from .params import SCHEMAS, check_params
+
+    if not isinstance(namespace, dict):
+        raise ValueError("namespace must be the notebook's globals()")
+    smoke = smoke or {}
+    extra = sorted(set(smoke) - set(full))
+    if extra:
+        raise ValueError(f"smoke sizes {extra} have no full size; give each in full= too")
+    device = device or get_device()
+    small = bool(namespace.get("SMOKE", False)) or not device.is_cuda
+    sizes = {}
+    for key, default in full.items():
+        value = namespace.get(key)
+        if value is None:
+            value = smoke.get(key, default) if small else default
+        namespace[key] = sizes[key] = value
+    if name in SCHEMAS:  # the defaults chosen here must pass the same checks as a reader's values
+        check_params(sizes, name)
+    specs = [_as_spec(c) for c in claims]
+    keys = [s.key for s in specs]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise ValueError(f"claim keys {dupes} are declared twice")
+    result = NotebookResult(name, smoke=small, device=device, params=dict(sizes))
+    out = Lesson(name, device, small, sizes, result, load_reference(name), {s.key: s for s in specs})
+    if show:
+        try:
+            from IPython.display import display
+            display(out)
+        except ImportError:
+            print(f"{name}: {device.name}, {'smoke' if small else 'full'} sizes")
+    return out
