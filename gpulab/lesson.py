@@ -217,8 +217,9 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any], smoke:
            show: bool = True) -> Lesson:
     """Start lesson `name`: choose sizes, make its result object, load the reference, declare its claims.
 
-    `namespace` is the notebook's `globals()`: its SMOKE flag is read, and every parameter in `full` that is
-    None there is set to the smoke or full default and written back, so later cells use it by name.
+    `namespace` is the notebook's `globals()`: its parameters are checked against the notebook's schema (a
+    wrong type or range stops here, naming the parameter), its SMOKE flag is read, and every parameter in `full`
+    that is None there is set to the smoke or full default and written back, so later cells use it by name.
     `smoke` overrides `full` at smoke sizes (keys missing from it keep the full value).
     """
     from .params import SCHEMAS, check_params
@@ -237,8 +238,8 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any], smoke:
         if value is None:
             value = smoke.get(key, default) if small else default
         namespace[key] = sizes[key] = value
-    if name in SCHEMAS:  # the defaults chosen here must pass the same checks as a reader's values
-        check_params(sizes, name)
+    if name in SCHEMAS:  # every parameter, a reader's and the defaults chosen here, before any work starts
+        check_params(namespace, name)
     specs = [_as_spec(c) for c in claims]
     keys = [s.key for s in specs]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
