@@ -11,6 +11,9 @@ embedding model is fed. Its problems, each switched off by one `LoopConfig` fiel
 from __future__ import annotations
 
 import dataclasses
+import gc
+import math
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -19,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .claims import Estimate
 from .device import synchronize
 from .workloads import gelu_tanh
 
@@ -154,61 +158,151 @@ class GuideTracker:
 TRACKER_MODES = ("off", "gpulab tracker", "guide §8.4 tracker")
 
 
+def paired_overhead(on: list[float], off: list[float], z: float = 1.96) -> Estimate:
+    """How much slower `on` is than `off`, in percent, from paired timings (on[i] beside off[i]).
+
+    The value is (mean on / mean off - 1) x 100; the interval is the 95% confidence interval of the mean
+    paired difference (mean ± z·sd/√n), over the mean of `off`. Pairs taken close together share the GPU's
+    and the host's slow drifts, so the differences are far less noisy than either side.
+    """
+    if len(on) != len(off) or len(on) < 2:
+        raise ValueError(f"on and off need the same length >= 2, got {len(on)} and {len(off)}")
+    base = statistics.fmean(off)
+    if not base > 0:
+        raise ValueError("off timings must be positive")
+    d = [a - b for a, b in zip(on, off)]
+    mean, half = statistics.fmean(d), z * statistics.stdev(d) / math.sqrt(len(d))
+    return Estimate(mean / base * 100, (mean - half) / base * 100, (mean + half) / base * 100)
+
+
 @dataclass
 class OverheadResult:
-    """Seconds per step of one loop in each tracker mode, one value per interleaved round."""
+    """A loop's step time with and without each tracker, as paired timings (see `tracker_overhead`)."""
 
     loop: str
+    steps_per_block: int
     steps_per_round: int
-    per_step_s: dict[str, list[float]]
+    blocks: dict[str, list[float]]  # seconds per step: "off" and "gpulab tracker", ABBA blocks without syncs
+    rounds: dict[str, list[float]]  # seconds per step: "off" and "guide §8.4 tracker", synced rounds
     guide_mfu: list[float] = dataclasses.field(default_factory=list)
     tracker_mfu: list[float] = dataclasses.field(default_factory=list)
 
-    def overhead_pct(self, mode: str) -> list[float]:
-        """Per round: (time with `mode` / time without a tracker - 1) x 100, rounds paired in order."""
-        return [(m / o - 1) * 100 for m, o in zip(self.per_step_s[mode], self.per_step_s["off"])]
+    @property
+    def step_s(self) -> float:
+        """Median seconds per step without a tracker (blocks)."""
+        return statistics.median(self.blocks["off"])
+
+    def overhead(self, mode: str) -> Estimate:
+        """Percent slower with `mode` than without a tracker, with its 95% interval."""
+        if mode == "gpulab tracker":
+            return paired_overhead(self.blocks[mode], self.blocks["off"])
+        if mode == "guide §8.4 tracker":
+            return paired_overhead(self.rounds[mode], self.rounds["off"])
+        raise ValueError(f"mode={mode!r}; allowed: {', '.join(TRACKER_MODES[1:])}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {m: self.overhead_pct(m) for m in TRACKER_MODES[1:]}
+        return dataclasses.asdict(self) | {
+            "overhead_pct": {m: list(self.overhead(m).interval) + [self.overhead(m).value] for m in TRACKER_MODES[1:]}}
 
 
-def tracker_overhead(step: Callable[[], Any], *, loop: str, steps: int, rounds: int, flops_per_step: float | None,
-                     peak_tflops: float | None, make_tracker: Callable[[], Any]) -> OverheadResult:
-    """Time `steps` calls of `step` per round in each mode, modes interleaved (ABC, CBA, ...), one sync per round.
+def _abba(n: int) -> list[bool]:
+    """n modes in ABBA order (True = on): on, off, off, on, on, off, ... so drifts cancel within each pair."""
+    return [(i % 4) in (0, 3) for i in range(n)]
 
-    A round's time is its host wall time from a synchronized start to a synchronized end, over `steps`: what
-    the loop costs, tracker included. `make_tracker()` returns a fresh gpulab tracker (not started).
+
+def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, blocks: int, round_steps: int,
+                     rounds: int, flops_per_step: float | None, peak_tflops: float | None,
+                     make_tracker: Callable[[], Any], clock: Callable[[], float] = time.perf_counter,
+                     sync: Callable[[], None] = synchronize) -> OverheadResult:
+    """Time `step` with and without each tracker, interleaved, in one run.
+
+    gpulab's tracker never waits for the GPU, so it runs in `blocks` blocks of `block_steps` steps in ABBA
+    order with no sync between them: one tracker stays on the whole time and `step()` is called only in
+    "on" blocks. The loop runs in its steady state (a GPU-bound loop keeps the GPU's queue full throughout,
+    so a block's host time is its GPU time), and each on block is paired with the off block beside it.
+    The guide's tracker synchronizes twice per step, which empties the queue and would spill work across
+    block edges, so it runs in `rounds` synced rounds of `round_steps` steps, alternating with rounds without
+    a tracker. `make_tracker()` returns a fresh gpulab tracker (not started).
     """
-    if steps < 1 or rounds < 1:
-        raise ValueError(f"steps={steps} and rounds={rounds} must be >= 1")
-    out = OverheadResult(loop=loop, steps_per_round=steps, per_step_s={m: [] for m in TRACKER_MODES})
+    for name, v in (("block_steps", block_steps), ("blocks", blocks), ("round_steps", round_steps),
+                    ("rounds", rounds)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}={v!r} must be an int >= 1")
+    if blocks < 4 or blocks % 2 or rounds < 2:
+        raise ValueError(f"blocks={blocks} must be even and >= 4, rounds={rounds} >= 2 (pairs to compare)")
+    out = OverheadResult(loop=loop, steps_per_block=block_steps, steps_per_round=round_steps,
+                         blocks={"off": [], "gpulab tracker": []}, rounds={"off": [], "guide §8.4 tracker": []})
     peak = (peak_tflops or 0) * 1e12
-    for r in range(rounds):
-        order = TRACKER_MODES if r % 2 == 0 else TRACKER_MODES[::-1]
-        for mode in order:
-            synchronize()
-            t0 = time.perf_counter()
-            if mode == "off":
-                for _ in range(steps):
-                    step()
-            elif mode == "gpulab tracker":
-                tr = make_tracker().start()
-                for _ in range(steps):
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()  # a collection pause in one block and not its pair is noise, not tracker cost
+    try:
+        for _ in range(block_steps * 2):  # reach the steady state before the first timed block
+            step()
+        tr = make_tracker().start()
+        on_times, off_times = [], []
+        for on in _abba(blocks):
+            t0 = clock()
+            if on:
+                for _ in range(block_steps):
                     step()
                     tr.step()
             else:
+                for _ in range(block_steps):
+                    step()
+            (on_times if on else off_times).append((clock() - t0) / block_steps)
+        sync()
+        tr.stop()
+        out.blocks["gpulab tracker"], out.blocks["off"] = on_times, off_times
+        clean = make_tracker().start()  # the MFU it reports: a run where every step is tracked
+        for _ in range(4 * block_steps):
+            step()
+            clean.step()
+        clean.stop()
+        mfu = clean.summary(skip=block_steps).get("mfu_window")
+        if mfu is not None:
+            out.tracker_mfu.append(mfu)
+        for guided in _abba(2 * rounds):
+            sync()
+            t0 = clock()
+            if guided:
                 gt = GuideTracker(flops_per_step or 1.0, peak or 1.0)
-                for _ in range(steps):
+                for _ in range(round_steps):
                     gt.start_step()
                     step()
                     m = gt.end_step()
-            synchronize()
-            out.per_step_s[mode].append((time.perf_counter() - t0) / steps)
-            if mode == "gpulab tracker":
-                tr.stop()
-                mfu = tr.summary().get("mfu_window")
-                if mfu is not None:
-                    out.tracker_mfu.append(mfu)
-            elif mode != "off" and peak:
+            else:
+                for _ in range(round_steps):
+                    step()
+            sync()
+            out.rounds["guide §8.4 tracker" if guided else "off"].append((clock() - t0) / round_steps)
+            if guided and peak:
                 out.guide_mfu.append(m["mfu_percent"] / 100)
+    finally:
+        if was_enabled:
+            gc.enable()
     return out
+
+
+# -- the tools on the case study's final loop ------------------------------------------------------------
+
+def case_study_trainer(*, small: bool, device: Any = None) -> Any:
+    """Notebook 08's final training loop (GPT-2 small, BF16 weights, fused AdamW, cuDNN/flash attention, the
+    fused loss, DataLoader workers, torch.compile), as an open `training.Trainer`; a tiny GPT without
+    compile when `small`. Close it when done."""
+    from . import training as T
+    from .device import get_device
+    from .measuring_lab import optimised_config
+    from .workloads import ByteTokenizer, GPTConfig, build_text_corpus
+
+    dev = device or get_device()
+    if small:
+        model = GPTConfig(vocab_size=300, n_layer=2, n_head=2, n_embd=64, block_size=64)
+        cfg = optimised_config(model, batch_size=4, grad_accum=2, num_workers=0, compile=False, device=dev)
+        text = build_text_corpus(300_000)
+    else:
+        model = GPTConfig(vocab_size=50257, n_layer=12, n_head=12, n_embd=768, block_size=1024)
+        cfg = optimised_config(model, batch_size=32, grad_accum=2, num_workers=4, compile=dev.is_cuda, device=dev)
+        text = build_text_corpus(4_000_000)
+    tokens = ByteTokenizer(model.vocab_size).encode(text, dtype=torch.uint8)
+    return T.Trainer(cfg, tokens, dev.torch_device)

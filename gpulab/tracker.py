@@ -117,7 +117,12 @@ class StepTracker:
         cuda = self.device.is_cuda and event_factory is None
         self.event_factory = event_factory or _default_event_factory(cuda, clock)
         self.timer = "cuda events" if cuda else ("injected events" if event_factory else "host clock")
-        self.records: list[StepRecord] = []
+        self._records: list[StepRecord] = []
+        self._raw: list[tuple[int, float, float, float | None, float | None, float | None]] = []
+        self._outputs = bool(csv_path or tensorboard is not None or log_every or plot)
+        # CUDA events are reused once read (creating one per step costs more than recording it); injected
+        # events are not, since a test's fake event may stay "complete" once recorded.
+        self._pool: list[Any] | None = [] if cuda else None
         self.notes: list[str] = []
         self._pending: deque[tuple[int, Any, Any, float, float | None]] = deque()
         self._prev_event, self._prev_host, self._n = None, None, 0
@@ -173,39 +178,55 @@ class StepTracker:
 
     # -- measuring ------------------------------------------------------------------------------------
     def _record(self) -> Any:
-        ev = self.event_factory()
+        ev = self._pool.pop() if self._pool else self.event_factory()
         ev.record()
         return ev
 
     def _drain(self, block: bool) -> None:
-        """Read every pending step whose end event the GPU has passed; with `block`, wait for the last one."""
+        """Read every pending step whose end event the GPU has passed; with `block`, wait for the last one.
+
+        Only the raw times are kept here (the per-step cost is a few microseconds); records with throughput,
+        TFLOP/s and MFU are built when read, or at once when an output (log, CSV, TensorBoard, plot) is on.
+        """
         if block and self._pending:
             self._pending[-1][2].synchronize()
-        new = []
+        first = len(self._raw)
+        monitored = self.monitor is not None and self.monitor is not True
         while self._pending and self._pending[0][2].query():
             n, start, end, host_ms, items = self._pending.popleft()
-            new.append(self._make_record(n, start.elapsed_time(end), host_ms, items))
-        if new:
-            self.records.extend(new)
-            self._emit(new)
+            nvml, gpm = (self._latest("nvml_util"), self._latest("gpm_sm_active")) if monitored else (None, None)
+            self._raw.append((n, start.elapsed_time(end), host_ms, items, nvml, gpm))
+            if self._pool is not None:
+                self._pool.append(start)  # its step is read; the end event starts the next step
+        if self._outputs and len(self._raw) > first:
+            self._emit(self._build(first))
+
+    def _build(self, first: int) -> list[StepRecord]:
+        """StepRecords for the raw steps from index `first` on (each MFU through flops.mfu)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # one odd step must not flood the log; the summary warns
+            return [self._make_record(*raw) for raw in self._raw[first:]]
+
+    @property
+    def records(self) -> list[StepRecord]:
+        """Every step read so far, with its throughput, TFLOP/s, MFU and the monitor's readings."""
+        if len(self._records) < len(self._raw):
+            self._records.extend(self._build(len(self._records)))
+        return self._records
 
     def _latest(self, metric: str) -> float | None:
         trace = getattr(self.monitor, "trace", None)
         series = trace.series.get(metric) if trace is not None else None
         return series[-1][1] if series else None
 
-    def _make_record(self, n: int, gpu_ms: float, host_ms: float, items: float | None) -> StepRecord:
+    def _make_record(self, n: int, gpu_ms: float, host_ms: float, items: float | None, nvml: float | None,
+                     gpm: float | None) -> StepRecord:
         s = gpu_ms / 1e3
         ok = s > 0
         tflops = self.flops / s / 1e12 if self.flops and ok else None
-        mfu = None
-        if self.flops and self.peak_tflops and ok:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # one odd step must not flood the log; the summary warns
-                mfu = _mfu(self.flops, s, self.peak_tflops)
+        mfu = _mfu(self.flops, s, self.peak_tflops) if self.flops and self.peak_tflops and ok else None
         return StepRecord(step=n, gpu_ms=gpu_ms, host_ms=host_ms, items_per_s=items / s if items and ok else None,
-                          tflops=tflops, mfu=mfu, nvml_util=self._latest("nvml_util"),
-                          gpm_sm_active=self._latest("gpm_sm_active"))
+                          tflops=tflops, mfu=mfu, nvml_util=nvml, gpm_sm_active=gpm)
 
     # -- outputs --------------------------------------------------------------------------------------
     def _open_outputs(self) -> None:

@@ -201,3 +201,34 @@ def test_tracked_steps_make_no_sync_on_gpu():
         torch.cuda.set_sync_debug_mode("default")
     records = t.stop()
     assert len(records) == 20 and all(r.gpu_ms > 0 for r in records)
+
+
+def test_paired_overhead_interval_from_paired_differences():
+    from gpulab.profile_lab import paired_overhead
+    off = [1.0, 1.2, 0.9, 1.1] * 25  # large drift, shared by each pair
+    on = [x * 1.005 for x in off]  # 0.5% slower, exactly
+    est = paired_overhead(on, off)
+    assert est.value == pytest.approx(0.5, abs=1e-9)
+    assert 0.3 < est.lo <= 0.5 <= est.hi < 0.7  # the drift cancels: a tight interval despite 30% spread per side
+    with pytest.raises(ValueError, match="same length"):
+        paired_overhead([1.0], [1.0, 2.0])
+
+
+def test_tracker_overhead_runs_abba_blocks_and_synced_rounds(cpu_device):
+    from gpulab import profile_lab as pl
+    calls = []
+    clock = FakeClock()
+
+    def step():
+        clock.t += 0.01
+        calls.append("step")
+
+    o = pl.tracker_overhead(step, loop="fake", block_steps=3, blocks=8, round_steps=2, rounds=4,
+                            flops_per_step=1e9, peak_tflops=100.0, clock=clock, sync=lambda: None,
+                            make_tracker=lambda: gl.track(flops_per_step=1e9, peak_tflops=100.0, device=cpu_device,
+                                                          clock=clock, printer=lambda s: None))
+    assert len(o.blocks["off"]) == len(o.blocks["gpulab tracker"]) == 4
+    assert len(o.rounds["off"]) == len(o.rounds["guide §8.4 tracker"]) == 4
+    assert o.overhead("gpulab tracker").value == pytest.approx(0.0, abs=1e-9)  # the fake clock: no cost
+    assert pl._abba(8) == [True, False, False, True, True, False, False, True]
+    assert set(o.to_dict()["overhead_pct"]) == {"gpulab tracker", "guide §8.4 tracker"}
