@@ -10,6 +10,11 @@ consecutive events is the step's time on the GPU's timeline (idle gaps included,
 period). Events are read a few steps later, only once `event.query()` says the GPU has passed them, so the
 tracker never makes the CPU wait. `stop()` waits once for the last event. On a CPU the events are host
 clock readings (CPU work is synchronous). The event factory and the clock can be injected (tests).
+
+A tracker must not cost what it measures. On very short steps one event per step (record, query, read) can
+take a visible share of the host's time, so by default (`every=None`) the tracker times its own work and
+records one event every N steps, N chosen so that its cost stays under 0.2% of a step; each record then
+holds the per-step average of an N-step window (`StepRecord.steps` says N). `every=1` forces one per step.
 """
 from __future__ import annotations
 
@@ -27,16 +32,20 @@ import torch
 
 from .flops import mfu as _mfu
 
-CSV_FIELDS = ("step", "gpu_ms", "host_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active")
+CSV_FIELDS = ("step", "steps", "gpu_ms", "host_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active")
+COST_BUDGET = 0.002  # the tracker keeps its own host time under this share of a step (see `every`)
+MAX_EVERY = 64
 
 
 @dataclass
 class StepRecord:
-    """One step as measured: its GPU time, host time, throughput, TFLOP/s, MFU and the monitor's last readings."""
+    """One step as measured (or a window of `steps` steps, per step): GPU time, host time, throughput, TFLOP/s,
+    MFU and the monitor's last readings."""
 
     step: int
     gpu_ms: float
     host_ms: float | None = None
+    steps: int = 1
     items_per_s: float | None = None
     tflops: float | None = None
     mfu: float | None = None
@@ -82,6 +91,8 @@ class StepTracker:
         tensorboard: a log directory or a SummaryWriter; scalars under "tracker/".
         plot: draw one figure in Jupyter, updated in place every `plot_every_s` seconds.
         monitor: a running `gl.Monitor` (or True to start one) whose latest NVML/GPM readings go with each step.
+        every: record one event every N steps (None: adapt N so the tracker's own cost stays under 0.2% of a
+            step; 1: one event per step).
         event_factory, clock, printer: injectable for tests (default: CUDA events, perf_counter, print).
     """
 
@@ -89,7 +100,7 @@ class StepTracker:
                  item_name: str = "tokens", dtype: str | None = None, peak_tflops: float | None = None,
                  peak_name: str = "", log_every: int = 0, csv_path: str | Path | None = None,
                  tensorboard: Any = None, plot: bool = False, plot_every_s: float = 1.0, monitor: Any = None,
-                 device: Any = None, event_factory: Callable[[], Any] | None = None,
+                 every: int | None = None, device: Any = None, event_factory: Callable[[], Any] | None = None,
                  clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print):
         for name, v in (("flops_per_step", flops_per_step), ("items_per_step", items_per_step),
                         ("peak_tflops", peak_tflops)):
@@ -99,6 +110,8 @@ class StepTracker:
             raise ValueError(f"log_every={log_every!r} must be an integer >= 0")
         if plot_every_s <= 0:
             raise ValueError(f"plot_every_s={plot_every_s} must be > 0")
+        if every is not None and (not isinstance(every, int) or isinstance(every, bool) or not 1 <= every <= 10_000):
+            raise ValueError(f"every={every!r} must be an integer from 1 to 10000, or None (adapt to the step time)")
         from .device import get_device
 
         self.device = device or get_device()
@@ -118,14 +131,16 @@ class StepTracker:
         self.event_factory = event_factory or _default_event_factory(cuda, clock)
         self.timer = "cuda events" if cuda else ("injected events" if event_factory else "host clock")
         self._records: list[StepRecord] = []
-        self._raw: list[tuple[int, float, float, float | None, float | None, float | None]] = []
+        self._raw: list[tuple[int, float, float, float | None, float | None, float | None, int]] = []
         self._outputs = bool(csv_path or tensorboard is not None or log_every or plot)
         # CUDA events are reused once read (creating one per step costs more than recording it); injected
         # events are not, since a test's fake event may stay "complete" once recorded.
         self._pool: list[Any] | None = [] if cuda else None
         self.notes: list[str] = []
-        self._pending: deque[tuple[int, Any, Any, float, float | None]] = deque()
+        self._pending: deque[tuple[int, int, Any, Any, float, float | None]] = deque()
         self._prev_event, self._prev_host, self._n = None, None, 0
+        self.every, self._adapt = (every or 1), every is None
+        self._since, self._items_acc, self._cost_s = 0, 0.0, 0.0
         self._writer, self._csv, self._display, self._last_plot = None, None, None, -math.inf
         self._started = False
 
@@ -147,17 +162,39 @@ class StepTracker:
         """Mark the end of a step (and the start of the next). Never waits for the GPU."""
         if not self._started:
             self.start()
-        ev, now = self._record(), self.clock()
         self._n += 1
-        self._pending.append((self._n, self._prev_event, ev, (now - self._prev_host) * 1e3,
-                              items if items is not None else self.items))
-        self._prev_event, self._prev_host = ev, now
+        self._since += 1
+        if self._items_acc is not None:
+            it = items if items is not None else self.items
+            self._items_acc = None if it is None else self._items_acc + it
+        if self._since < self.every:
+            return  # between events: a counter, nothing else
+        t0 = self.clock()
+        ev = self._record()
+        k, host_ms = self._since, (t0 - self._prev_host) * 1e3
+        self._pending.append((self._n, k, self._prev_event, ev, host_ms, self._items_acc))
+        self._prev_event, self._prev_host = ev, t0
+        self._since, self._items_acc = 0, 0.0
         self._drain(block=False)
+        if self._adapt:
+            self._adjust(self.clock() - t0, host_ms / 1e3 / k)
+
+    def _adjust(self, cost_s: float, step_s: float) -> None:
+        """Pick the next window so that this tracker's own time stays under COST_BUDGET of a step."""
+        self._cost_s = cost_s if not self._cost_s else 0.8 * self._cost_s + 0.2 * cost_s
+        if step_s > 0:
+            self.every = max(1, min(MAX_EVERY, math.ceil(self._cost_s / (COST_BUDGET * step_s))))
 
     def stop(self) -> list[StepRecord]:
         """Wait once for the last step's event, read every pending step, close the outputs."""
         if not self._started:
             raise RuntimeError("stop() called before start()")
+        if self._since:  # close the last, partial window
+            t0 = self.clock()
+            ev = self._record()
+            self._pending.append((self._n, self._since, self._prev_event, ev, (t0 - self._prev_host) * 1e3,
+                                  self._items_acc))
+            self._prev_event, self._since = ev, 0
         self._drain(block=True)
         self._flush_outputs(force=True)
         if self._own_monitor:
@@ -189,13 +226,13 @@ class StepTracker:
         TFLOP/s and MFU are built when read, or at once when an output (log, CSV, TensorBoard, plot) is on.
         """
         if block and self._pending:
-            self._pending[-1][2].synchronize()
+            self._pending[-1][3].synchronize()
         first = len(self._raw)
         monitored = self.monitor is not None and self.monitor is not True
-        while self._pending and self._pending[0][2].query():
-            n, start, end, host_ms, items = self._pending.popleft()
+        while self._pending and self._pending[0][3].query():
+            n, k, start, end, host_ms, items = self._pending.popleft()
             nvml, gpm = (self._latest("nvml_util"), self._latest("gpm_sm_active")) if monitored else (None, None)
-            self._raw.append((n, start.elapsed_time(end), host_ms, items, nvml, gpm))
+            self._raw.append((n, start.elapsed_time(end), host_ms, items, nvml, gpm, k))
             if self._pool is not None:
                 self._pool.append(start)  # its step is read; the end event starts the next step
         if self._outputs and len(self._raw) > first:
@@ -220,12 +257,15 @@ class StepTracker:
         return series[-1][1] if series else None
 
     def _make_record(self, n: int, gpu_ms: float, host_ms: float, items: float | None, nvml: float | None,
-                     gpm: float | None) -> StepRecord:
+                     gpm: float | None, k: int = 1) -> StepRecord:
+        gpu_ms, host_ms = gpu_ms / k, host_ms / k  # per step, over the window
         s = gpu_ms / 1e3
         ok = s > 0
         tflops = self.flops / s / 1e12 if self.flops and ok else None
         mfu = _mfu(self.flops, s, self.peak_tflops) if self.flops and self.peak_tflops and ok else None
-        return StepRecord(step=n, gpu_ms=gpu_ms, host_ms=host_ms, items_per_s=items / s if items and ok else None,
+        per_step_items = items / k if items else None
+        return StepRecord(step=n, gpu_ms=gpu_ms, host_ms=host_ms, steps=k,
+                          items_per_s=per_step_items / s if per_step_items and ok else None,
                           tflops=tflops, mfu=mfu, nvml_util=nvml, gpm_sm_active=gpm)
 
     # -- outputs --------------------------------------------------------------------------------------
@@ -260,7 +300,7 @@ class StepTracker:
                     v = getattr(r, k)
                     if v is not None:
                         self._writer.add_scalar(f"tracker/{k}", v, r.step)
-            if self.log_every and r.step % self.log_every == 0:
+            if self.log_every and r.step // self.log_every > (r.step - r.steps) // self.log_every:  # crossed N
                 self.printer(self.log_line(r))
         if self._csv is not None:
             self._csv.flush()
@@ -314,9 +354,11 @@ class StepTracker:
                          else None)
         gpu = sorted(r.gpu_ms for r in rs)
         q = statistics.quantiles(gpu, n=4, method="inclusive") if len(gpu) > 1 else [gpu[0]] * 3
-        total_s = sum(gpu) / 1e3
-        flops_rate = self.flops * len(rs) / total_s / 1e12 if self.flops and total_s > 0 else None
-        return {"steps": len(rs), "gpu_ms_median": q[1], "gpu_ms_q1": q[0], "gpu_ms_q3": q[2],
+        steps = sum(r.steps for r in rs)
+        total_s = sum(r.gpu_ms * r.steps for r in rs) / 1e3
+        flops_rate = self.flops * steps / total_s / 1e12 if self.flops and total_s > 0 else None
+        return {"steps": steps, "records": len(rs), "every": self.every,
+                "gpu_ms_median": q[1], "gpu_ms_q1": q[0], "gpu_ms_q3": q[2],
                 "host_ms_median": med("host_ms"), "items_per_s_median": med("items_per_s"),
                 "tflops_median": med("tflops"), "mfu_median": med("mfu"),
                 "tflops_window": flops_rate,
@@ -343,6 +385,6 @@ def read_csv(path: str | Path) -> list[StepRecord]:
             for k, v in row.items():
                 if k not in types:
                     continue
-                vals[k] = int(v) if k == "step" else (None if v == "" else float(v))
+                vals[k] = int(v) if k in ("step", "steps") else (None if v == "" else float(v))
             out.append(StepRecord(**vals))
     return out

@@ -232,3 +232,34 @@ def test_tracker_overhead_runs_abba_blocks_and_synced_rounds(cpu_device):
     assert o.overhead("gpulab tracker").value == pytest.approx(0.0, abs=1e-9)  # the fake clock: no cost
     assert pl._abba(8) == [True, False, False, True, True, False, False, True]
     assert set(o.to_dict()["overhead_pct"]) == {"gpulab tracker", "guide §8.4 tracker"}
+
+
+def test_tracker_adapts_its_window_to_keep_its_cost_small(cpu_device):
+    """Each event costs 50 µs of host time; steps take 2 ms: one event per step would cost 2.5%. The tracker
+    times itself and widens its window until its share is under 0.2%, and no step is lost."""
+    clock = FakeClock()
+
+    class CostlyEvent(tk.HostEvent):
+        def record(self, stream=None):
+            clock.t += 50e-6
+            super().record(stream)
+
+    t = tk.track(flops_per_step=1e9, peak_tflops=100.0, device=cpu_device, clock=clock, printer=lambda s: None,
+                 event_factory=lambda: CostlyEvent(clock))
+    with t:
+        for _ in range(500):
+            clock.t += 2e-3
+            t.step()
+    assert t.every == 13  # ceil(50 µs / (0.2% of 2 ms))
+    assert t.summary()["steps"] == 500 and sum(r.steps for r in t.records) == 500
+    full = t.records[-2]  # the last record is the partial window that stop() closes
+    assert full.steps == 13 and full.gpu_ms == pytest.approx(2.0 + 0.05 / 13, rel=1e-6)  # per step, over its window
+    fixed = tk.track(every=1, device=cpu_device, clock=clock, printer=lambda s: None,
+                     event_factory=lambda: CostlyEvent(clock))
+    with fixed:
+        for _ in range(20):
+            clock.t += 2e-3
+            fixed.step()
+    assert fixed.every == 1 and len(fixed.records) == 20
+    with pytest.raises(ValueError, match="every"):
+        tk.track(every=0, device=cpu_device)
