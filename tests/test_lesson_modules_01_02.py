@@ -1,4 +1,4 @@
-"""The scaffolding of notebooks 01 and 02: sizes, claims as data, and the small report helpers, on the CPU."""
+"""The scaffolding of notebooks 01 and 02: sizes, claims as data, and the small report functions, on the CPU."""
 import pytest
 
 import gpulab as gl
