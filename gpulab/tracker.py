@@ -175,9 +175,12 @@ class StepTracker:
         self._pending.append((self._n, k, self._prev_event, ev, host_ms, self._items_acc))
         self._prev_event, self._prev_host = ev, t0
         self._since, self._items_acc = 0, 0.0
-        self._drain(block=False)
-        if self._adapt:
+        first = len(self._raw)
+        self._read(block=False)
+        if self._adapt:  # the cost of recording and reading; outputs (plot, CSV) are the reader's choice
             self._adjust(self.clock() - t0, host_ms / 1e3 / k)
+        if self._outputs and len(self._raw) > first:
+            self._emit(self._build(first))
 
     def _adjust(self, cost_s: float, step_s: float) -> None:
         """Pick the next window so that this tracker's own time stays under COST_BUDGET of a step."""
@@ -225,9 +228,15 @@ class StepTracker:
         Only the raw times are kept here (the per-step cost is a few microseconds); records with throughput,
         TFLOP/s and MFU are built when read, or at once when an output (log, CSV, TensorBoard, plot) is on.
         """
+        first = len(self._raw)
+        self._read(block)
+        if self._outputs and len(self._raw) > first:
+            self._emit(self._build(first))
+
+    def _read(self, block: bool) -> None:
+        """Move every completed pending step to the raw list (with `block`, wait for the last one first)."""
         if block and self._pending:
             self._pending[-1][3].synchronize()
-        first = len(self._raw)
         monitored = self.monitor is not None and self.monitor is not True
         while self._pending and self._pending[0][3].query():
             n, k, start, end, host_ms, items = self._pending.popleft()
@@ -235,8 +244,6 @@ class StepTracker:
             self._raw.append((n, start.elapsed_time(end), host_ms, items, nvml, gpm, k))
             if self._pool is not None:
                 self._pool.append(start)  # its step is read; the end event starts the next step
-        if self._outputs and len(self._raw) > first:
-            self._emit(self._build(first))
 
     def _build(self, first: int) -> list[StepRecord]:
         """StepRecords for the raw steps from index `first` on (each MFU through flops.mfu)."""

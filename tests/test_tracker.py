@@ -263,3 +263,19 @@ def test_tracker_adapts_its_window_to_keep_its_cost_small(cpu_device):
     assert fixed.every == 1 and len(fixed.records) == 20
     with pytest.raises(ValueError, match="every"):
         tk.track(every=0, device=cpu_device)
+
+
+def test_output_costs_do_not_widen_the_window(cpu_device):
+    """A slow printer (or plot, or CSV) is the reader's choice: only recording and reading count as cost."""
+    clock = FakeClock()
+
+    def slow_print(line):
+        clock.t += 10e-3
+
+    t = tk.track(flops_per_step=1e9, peak_tflops=100.0, device=cpu_device, clock=clock, printer=slow_print,
+                 log_every=1)
+    with t:
+        for _ in range(50):
+            clock.t += 2e-3
+            t.step()
+    assert t.every == 1 and len(t.records) == 50
