@@ -8,13 +8,13 @@
     with gl.track(flops_per_step=f, dtype="bf16") as t: ... t.step()   # MFU per step, no sync
 """
 from . import flops
-from .device import DeviceInfo, MeasuredPeaks, float32_matmul_precision, get_device, lookup_peaks, measure_peaks
+from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
+from .peaks import MeasuredPeaks, measure_peaks
 from .claims import Claim, Estimate, claims_table_html, interval_of
 from .lesson import ClaimSpec, Lesson, lesson
 from .experiment import Comparison, RunResult, before_after, measure
 from .flops import count_flops, mfu
 from .monitor import Monitor, Trace, watch
-from .params import check_params
 from .profiling import find_syncs, nvtx_range, profile
 from .results import NotebookResult, load_reference, load_result, reference_view
 from .timing import Measurement, benchmark, compare
@@ -37,9 +37,11 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """Display modules load on first use: `import gpulab` stays free of matplotlib.pyplot and ipywidgets."""
-    if name in ("plots", "widgets"):
-        import importlib
+    """Display modules and the course's parameter schemas load on first use: `import gpulab` stays light."""
+    import importlib
 
+    if name in ("plots", "widgets"):
         return importlib.import_module(f".{name}", __name__)
+    if name == "check_params":  # the notebooks' parameter schemas belong to the course, not the core
+        return importlib.import_module(".params", __name__).check_params
     raise AttributeError(f"module 'gpulab' has no attribute {name!r}")

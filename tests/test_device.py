@@ -108,7 +108,7 @@ def test_slugify():
 
 def test_measure_peaks_is_measured_once_per_run(tmp_path, monkeypatch, cpu_device):
     """Inside one course run every notebook reads the same peak: the second call measures nothing."""
-    import gpulab.device as d
+    import gpulab.peaks as d  # measured peaks live in gpulab.peaks
 
     monkeypatch.setenv("GPULAB_RUN_ID", "run-1")
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
@@ -130,3 +130,13 @@ def test_measure_peaks_is_measured_once_per_run(tmp_path, monkeypatch, cpu_devic
 def test_measure_peaks_rejects_bad_sizes_and_a_bare_string(kwargs, cpu_device):
     with pytest.raises(ValueError, match="size|dtypes"):
         measure_peaks(cpu_device, **kwargs)
+
+
+def test_measured_peak_names_stay_importable_from_device():
+    """Readers' code that imports measured-peak names from gpulab.device keeps working after the move."""
+    import gpulab.device as d
+    import gpulab.peaks as p
+
+    assert d.MeasuredPeaks is p.MeasuredPeaks and d.measure_peaks is p.measure_peaks
+    with pytest.raises(AttributeError):
+        d.no_such_name  # noqa: B018

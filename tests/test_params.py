@@ -68,4 +68,7 @@ def test_parse_value_reads_python_and_keeps_other_text():
 def test_each_notebook_checks_its_parameters_right_after_the_parameters_cell(name):
     nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
     idx = next(i for i, c in enumerate(nb["cells"]) if "parameters" in c["metadata"].get("tags", []))
-    assert f'gl.check_params(globals(), "{name}")' in "".join(nb["cells"][idx + 1]["source"])
+    first_code = next("".join(c["source"]) for c in nb["cells"][idx + 1:] if c["cell_type"] == "code")
+    # gl.lesson checks every parameter against the schema before anything else runs
+    assert (f'gl.check_params(globals(), "{name}")' in first_code
+            or f'gl.lesson("{name}", globals()' in first_code.replace("\n", " ").replace("(\n", "(")), first_code[:300]
