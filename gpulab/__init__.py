@@ -17,13 +17,13 @@ from .flops import count_flops, mfu
 from .monitor import Monitor, Trace, watch
 from .profiling import find_syncs, nvtx_range, profile
 from .results import NotebookResult, load_reference, load_result, reference_view
-from .timing import Measurement, benchmark, compare
+from .timing import Measurement, benchmark, compare, speedup
 from .tracker import StepTracker, track
 from .traces import step_memory, time_breakdown
 
 __all__ = [
     "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
-    "Measurement", "benchmark", "compare",
+    "Measurement", "benchmark", "speedup", "compare",
     "lesson", "Lesson", "ClaimSpec",
     "flops", "count_flops", "mfu",
     "Monitor", "Trace", "watch",

@@ -26,10 +26,10 @@ def _info(args: argparse.Namespace) -> int:
     print(f"torch       {dev.torch_version}  CUDA {dev.cuda_version}  driver {dev.driver}  CPU cores {dev.cpu_cores}")
     if dev.is_cuda:
         print(f"            compute capability {dev.capability}, {dev.sm_count} SMs, {dev.memory_gb:.1f} GB")
-    if dev.peaks:
-        peaks = ", ".join(f"{k.upper()} {v:g}" for k, v in dev.peaks.tflops.items())
-        print(f"datasheet   {dev.peaks.model}: {peaks} TFLOP/s (dense); {dev.peaks.bandwidth_gbs:g} GB/s")
-        print(f"            source: {dev.peaks.source}")
+    if dev.datasheet_peaks:
+        peaks = ", ".join(f"{k.upper()} {v:g}" for k, v in dev.datasheet_peaks.tflops.items())
+        print(f"datasheet   {dev.datasheet_peaks.model}: {peaks} TFLOP/s (dense); {dev.datasheet_peaks.bandwidth_gbs:g} GB/s")
+        print(f"            source: {dev.datasheet_peaks.source}")
     elif dev.note:
         print(f"note        {dev.note}")
     print("monitoring  " + "\n            ".join(f"{k:<18} {v}" for k, v in avail.items()))

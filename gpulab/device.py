@@ -160,8 +160,17 @@ class DeviceInfo:
     torch_version: str = torch.__version__
     cuda_version: str | None = torch.version.cuda
     cpu_cores: int = field(default_factory=usable_cores)
-    peaks: PeakSpec | None = None
+    datasheet_peaks: PeakSpec | None = None  # the datasheet's dense peaks (measured ones: gpulab.peaks)
     note: str = ""
+
+    @property
+    def peaks(self) -> PeakSpec | None:
+        """Deprecated: the datasheet peaks, now `datasheet_peaks` (measured peaks are `gl.measure_peaks()`)."""
+        import warnings
+
+        warnings.warn("DeviceInfo.peaks is deprecated: use DeviceInfo.datasheet_peaks (the datasheet's dense peaks; "
+                      "measured peaks come from gl.measure_peaks())", DeprecationWarning, stacklevel=2)
+        return self.datasheet_peaks
 
     @property
     def is_cuda(self) -> bool:
@@ -178,7 +187,7 @@ class DeviceInfo:
     def datasheet_tflops(self, dtype: str) -> float | None:
         """The datasheet dense peak for `dtype`, or None (unknown GPU, no such tensor core, or a CPU)."""
         dtype = check_dtype(dtype)
-        return self.peaks.tflops.get(dtype) if self.peaks else None
+        return self.datasheet_peaks.tflops.get(dtype) if self.datasheet_peaks else None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -188,11 +197,14 @@ class DeviceInfo:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
+        d = dict(d)
+        if "peaks" in d and "datasheet_peaks" not in d:  # files written before the rename
+            d["datasheet_peaks"] = d.pop("peaks")
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         if d.get("capability"):
             d["capability"] = tuple(d["capability"])
-        if d.get("peaks"):
-            d["peaks"] = PeakSpec(**d["peaks"])
+        if d.get("datasheet_peaks"):
+            d["datasheet_peaks"] = PeakSpec(**d["datasheet_peaks"])
         return cls(**d)
 
     def _repr_html_(self) -> str:
@@ -201,10 +213,10 @@ class DeviceInfo:
             rows += [("compute capability", ".".join(map(str, self.capability or ()))),
                      ("SMs", self.sm_count),
                      ("memory", "n/a" if self.memory_gb is None else f"{self.memory_gb:.1f} GB"), ("driver", self.driver)]
-            if self.peaks:
-                rows += [(f"datasheet {k.upper()}", f"{v:g} TFLOP/s") for k, v in self.peaks.tflops.items()]
-                rows += [("datasheet memory bandwidth", f"{self.peaks.bandwidth_gbs:g} GB/s"),
-                         ("peaks source", self.peaks.source)]
+            if self.datasheet_peaks:
+                ds = self.datasheet_peaks
+                rows += [(f"datasheet {k.upper()}", f"{v:g} TFLOP/s") for k, v in ds.tflops.items()]
+                rows += [("datasheet memory bandwidth", f"{ds.bandwidth_gbs:g} GB/s"), ("peaks source", ds.source)]
         if self.note:
             rows.append(("note", self.note))
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"
@@ -275,7 +287,7 @@ def get_device(index: int | None = None) -> DeviceInfo:
         pci = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
     return DeviceInfo(kind="cuda", name=p.name, index=index, capability=(p.major, p.minor),
                       sm_count=p.multi_processor_count, memory_gb=p.total_memory / 1e9, uuid=uuid,
-                      pci_bus_id=pci, driver=_driver_version(), peaks=peaks, note=note)
+                      pci_bus_id=pci, driver=_driver_version(), datasheet_peaks=peaks, note=note)
 
 
 class float32_matmul_precision:

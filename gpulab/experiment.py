@@ -12,7 +12,7 @@ from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchron
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
 from .profiling import ProfileSummary, profile as _profile
-from .timing import Measurement, Speedup, benchmark, compare, fmt_time
+from .timing import Measurement, Speedup, benchmark, fmt_time, speedup
 
 __all__ = ["Claim", "Comparison", "RunResult", "before_after", "measure", "KINDS"]
 
@@ -154,7 +154,7 @@ class Comparison:
     def speed(self) -> Speedup:
         if self._speed is None:  # the measurements are values: compare once
             self._speed = (pipeline_speed(self.before, self.after) if self.before.pipeline and self.after.pipeline
-                           else None) or compare(self.before.measurement, self.after.measurement)
+                           else None) or speedup(self.before.measurement, self.after.measurement)
         return self._speed
 
     def estimate(self) -> Estimate:

@@ -138,7 +138,7 @@ def loss_gap_estimate(losses: list[float], reference: list[float], window: int |
 def tf32_speed_ratio(device: DeviceInfo | None, reference_gpu: str = "RTX 3090") -> dict[str, Any]:
     """TF32 over FP32 datasheet dense peaks, here and on `reference_gpu`, and whether a TF32 speedup
     measured there can carry over here (the two ratios within 1.5x of each other)."""
-    here = device.peaks if device is not None else None
+    here = device.datasheet_peaks if device is not None else None
     ref = lookup_peaks(reference_gpu)
 
     def ratio(spec):

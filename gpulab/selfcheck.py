@@ -37,7 +37,7 @@ COPY_FLOOR = 0.70
 
 def floor_claims(device: DeviceInfo, peaks, smoke: bool) -> list[tuple[Claim, Any, str]]:
     """The peak and bandwidth floors for this device: fractions of its datasheet, with what to test them on."""
-    spec = device.peaks
+    spec = device.datasheet_peaks
     ds_bf16 = spec.tflops.get("bf16") if spec else None
     ds_bw = spec.bandwidth_gbs if spec else None
     why = ("needs a CUDA GPU" if not device.is_cuda else "smoke sizes" if smoke else
@@ -136,7 +136,7 @@ def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False)
     bar.update()
     bar.set_postfix_str("monitor busy and idle")
     result.record("measured_peaks", peaks.to_dict())
-    result.record("datasheet", asdict(device.peaks) if device.peaks else None)
+    result.record("datasheet", asdict(device.datasheet_peaks) if device.datasheet_peaks else None)
     n, busy_s, idle_s = (256, 0.3, 0.3) if smoke else (8192, 2.0, 1.0)
     busy = _matmul_window(device, busy_s, n)
     idle = _idle_window(device, idle_s, settle_s=0.0 if smoke else 1.5).trace

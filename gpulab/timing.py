@@ -250,6 +250,14 @@ def speedup_interval(before: Measurement, after: Measurement) -> tuple[float, fl
 
 
 def compare(before: Measurement, after: Measurement) -> Speedup:
+    """Deprecated: `speedup` (the name says what it returns)."""
+    import warnings
+
+    warnings.warn("gl.compare is deprecated: use gl.speedup (it returns a Speedup)", DeprecationWarning, stacklevel=2)
+    return speedup(before, after)
+
+
+def speedup(before: Measurement, after: Measurement) -> Speedup:
     """Speed of `after` relative to `before`; 'within noise' when the two interquartile ranges overlap."""
     if not isinstance(before, Measurement) or not isinstance(after, Measurement):
         raise ValueError("before and after must be Measurement objects (from benchmark())")

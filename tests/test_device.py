@@ -67,7 +67,7 @@ def test_cpu_device_and_round_trip():
     dev = get_device() if not torch.cuda.is_available() else DeviceInfo(kind="cpu", name="cpu")
     assert dev.slug == "cpu" and not dev.is_cuda and dev.datasheet_tflops("bf16") is None
     h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
-                      peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
+                      datasheet_peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
     back = DeviceInfo.from_dict(h100.to_dict())
     assert back == h100 and back.slug == "nvidia-h100-80gb-hbm3"
     assert "989.4" in h100._repr_html_()
@@ -140,3 +140,13 @@ def test_measured_peak_names_stay_importable_from_device():
     assert d.MeasuredPeaks is p.MeasuredPeaks and d.measure_peaks is p.measure_peaks
     with pytest.raises(AttributeError):
         d.no_such_name  # noqa: B018
+
+
+def test_old_peaks_name_warns_and_old_files_still_load():
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
+                      datasheet_peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
+    with pytest.warns(DeprecationWarning, match="datasheet_peaks"):
+        assert h100.peaks is h100.datasheet_peaks
+    old = h100.to_dict()
+    old["peaks"] = old.pop("datasheet_peaks")  # a result file written before the rename
+    assert DeviceInfo.from_dict(old).datasheet_tflops("bf16") == h100.datasheet_tflops("bf16")

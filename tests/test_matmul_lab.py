@@ -11,7 +11,7 @@ CPU = DeviceInfo(kind="cpu", name="test cpu")
 
 
 def gpu(cap, name="NVIDIA H100 80GB HBM3"):
-    return DeviceInfo(kind="cuda", name=name, index=0, capability=cap, peaks=lookup_peaks(name))
+    return DeviceInfo(kind="cuda", name=name, index=0, capability=cap, datasheet_peaks=lookup_peaks(name))
 
 
 def test_intensity_of_a_square_matmul_is_2n_over_3b():

@@ -63,11 +63,11 @@ def test_loss_gap_estimate_is_signed_with_per_step_quartiles():
 
 
 def test_tf32_speed_ratio_says_when_a_3090_figure_carries_over():
-    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", peaks=lookup_peaks("H100 80GB HBM3"))
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", datasheet_peaks=lookup_peaks("H100 80GB HBM3"))
     r = P.tf32_speed_ratio(h100)
     assert r["here"] == pytest.approx(494.7 / 67) and r["reference"] == pytest.approx(1.0)
     assert r["comparable"] is False and "RTX 3090" in P.tf32_note(r)
-    ga102 = DeviceInfo(kind="cuda", name="NVIDIA GeForce RTX 3090", peaks=lookup_peaks("RTX 3090"))
+    ga102 = DeviceInfo(kind="cuda", name="NVIDIA GeForce RTX 3090", datasheet_peaks=lookup_peaks("RTX 3090"))
     assert P.tf32_speed_ratio(ga102)["comparable"] is True
     unknown = P.tf32_speed_ratio(None)
     assert unknown["comparable"] is False and "unknown" in P.tf32_note(unknown)

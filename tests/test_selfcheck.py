@@ -39,7 +39,7 @@ def test_floors_are_fractions_of_this_devices_datasheet():
     from gpulab.device import DeviceInfo, MeasuredPeaks, lookup_peaks
     from gpulab.selfcheck import floor_claims
 
-    h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), peaks=lookup_peaks("NVIDIA H200"))
+    h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), datasheet_peaks=lookup_peaks("NVIDIA H200"))
     peaks = MeasuredPeaks(device="NVIDIA H200", tflops={"bf16": 687.0}, rounds={"bf16": [658.0, 687.0, 680.0]},
                           copy_gbs=4250.0)
     (bf16, v1, _), (copy, v2, _) = floor_claims(h200, peaks, smoke=False)
@@ -48,6 +48,6 @@ def test_floors_are_fractions_of_this_devices_datasheet():
     slow = MeasuredPeaks(device="NVIDIA H200", tflops={"bf16": 500.0}, rounds={"bf16": [480.0, 500.0]}, copy_gbs=2000.0)
     (bf16, v1, _), (copy, v2, _) = floor_claims(h200, slow, smoke=False)
     assert bf16.check(v1).verdict == "refuted" and copy.check(v2).verdict == "refuted"
-    unknown = DeviceInfo(kind="cuda", name="NVIDIA Future GPU", capability=(12, 0), peaks=None)
+    unknown = DeviceInfo(kind="cuda", name="NVIDIA Future GPU", capability=(12, 0), datasheet_peaks=None)
     for claim, value, why in floor_claims(unknown, peaks, smoke=False):
         assert value is None and "no datasheet entry" in why

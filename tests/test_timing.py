@@ -1,6 +1,6 @@
 import pytest
 
-from gpulab.timing import Measurement, benchmark, compare, quantiles
+from gpulab.timing import Measurement, benchmark, compare, quantiles, speedup
 
 
 class FakeClock:
@@ -42,13 +42,15 @@ def test_median_iqr_and_noise_flag():
 def test_compare_says_within_noise_when_difference_is_inside_spread():
     a = Measurement("a", [1.0, 1.1, 0.9, 1.05, 0.95])
     b = Measurement("b", [1.02, 1.12, 0.92, 1.07, 0.97])
-    s = compare(a, b)
+    s = speedup(a, b)
     assert s.within_noise and s.verdict.startswith("within noise")
     steady = Measurement("steady", [1.0, 1.01, 0.99, 1.0])
     fast = Measurement("fast", [0.5, 0.51, 0.49, 0.5])
-    s2 = compare(steady, fast)
+    s2 = speedup(steady, fast)
     assert not s2.within_noise and s2.ratio == pytest.approx(2.0) and s2.verdict == "2.00x faster"
-    assert compare(fast, steady).verdict == "2.00x slower"
+    assert speedup(fast, steady).verdict == "2.00x slower"
+    with pytest.warns(DeprecationWarning, match="gl.speedup"):
+        assert compare(fast, steady).verdict == "2.00x slower"  # the old name, for one release
 
 
 def test_a_large_ratio_with_a_wide_spread_is_noisy_not_within_noise():

@@ -334,5 +334,7 @@ def test_config_run_mfu_against_one_peak(tokens, cpu_device):
     run.run = T.with_peak(run.run, 25.0)  # its "own dtype" peak
     est = run.mfu_estimate()
     assert est.value == pytest.approx(run.tokens_per_s * run.config.flops_per_token() / 100e12)
-    assert run.mfu_own == pytest.approx(4 * run.mfu)
+    assert run.mfu_vs_own_dtype == pytest.approx(4 * run.mfu_vs_bf16) and run.mfu == run.mfu_vs_bf16
+    with pytest.warns(DeprecationWarning, match="mfu_vs_own_dtype"):
+        assert run.mfu_own == run.mfu_vs_own_dtype
     assert T.with_peak(run.run, None).peak_tflops == 25.0

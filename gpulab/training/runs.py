@@ -14,7 +14,7 @@ from ..claims import Estimate
 from ..device import DeviceInfo, get_device, synchronize
 from ..timing import benchmark
 from .config import TrainConfig, describe, halve_batch
-from .trainer import Trainer
+from .trainer import Trainer, _deprecated
 
 @dataclass
 class ConfigRun:
@@ -54,16 +54,24 @@ class ConfigRun:
         return self.tokens_per_s_estimate().map(lambda r: r * per_token)
 
     @property
-    def mfu(self) -> float | None:
-        """Against the datasheet dense BF16 peak, whatever dtype this configuration uses (one yardstick)."""
+    def mfu_vs_bf16(self) -> float | None:
+        """MFU against the datasheet dense BF16 peak, whatever dtype this configuration uses (one yardstick)."""
         est = self.mfu_estimate()
         return est.value if est else None
 
+    mfu = mfu_vs_bf16  # the course's one yardstick: `mfu` is always against the BF16 dense peak here
+
+    @property
+    def mfu_vs_own_dtype(self) -> float | None:
+        """MFU against the datasheet dense peak of this configuration's own matmul dtype."""
+        own = self.run.peak_tflops
+        return self.mfu_vs_bf16 * self.peak_tflops_bf16 / own if own and self.mfu_vs_bf16 is not None else None
+
     @property
     def mfu_own(self) -> float | None:
-        """Against the datasheet dense peak of this configuration's own matmul dtype."""
-        own = self.run.peak_tflops
-        return self.mfu * self.peak_tflops_bf16 / own if own and self.mfu is not None else None
+        """Deprecated: `mfu_vs_own_dtype`."""
+        _deprecated("ConfigRun.mfu_own", "ConfigRun.mfu_vs_own_dtype")
+        return self.mfu_vs_own_dtype
 
     @property
     def setup_s(self) -> float:
@@ -76,7 +84,7 @@ class ConfigRun:
         return {"label": self.label, "step_ms": self.step_s * 1e3, "iqr_ms": self.run.measurement.iqr * 1e3,
                 "tokens_per_step": self.config.tokens_per_step, "tokens_per_s": tps.value,
                 "tokens_per_s_interval": [tps.lo, tps.hi], "pipeline": self.run.pipeline,
-                "tflops": self.run.tflops, "mfu_bf16_peak": self.mfu, "mfu_own_peak": self.mfu_own,
+                "tflops": self.run.tflops, "mfu_bf16_peak": self.mfu, "mfu_own_peak": self.mfu_vs_own_dtype,
                 "matmul_dtype": self.config.matmul_dtype, "nvml_util": self.run.metric("nvml_util"),
                 "gpm_sm_active": self.run.metric("gpm_sm_active"),
                 "gpm_tensor_active": self.run.metric("gpm_tensor_active"),

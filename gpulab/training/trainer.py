@@ -14,11 +14,18 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..device import as_torch_device, float32_matmul_precision, get_device
+from ..flops import mfu as _mfu
 from ..fused_loss import fused_kernel_available, kernel_status
 from ..workloads import GPT, TokenDataset
 from .config import _STREAM_LENGTH, AUTOCAST_DTYPES, PARAM_DTYPES, TrainConfig, describe
 
 # ---------------------------------------------------------------- the loop
+
+def _deprecated(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
+
 
 def _attention_backend(attn: str):
     """For attn="cudnn": SDPA may use only cuDNN's kernel (torch.compile traces under the same choice)."""
@@ -287,14 +294,22 @@ class TrainResult:
         return self.flops_per_token * self.tokens_per_s / 1e12
 
     @property
-    def mfu(self) -> float | None:
+    def mfu_vs_bf16(self) -> float | None:
         """Achieved FLOP/s over the datasheet dense BF16 peak (the same yardstick for FP32 steps too)."""
-        return self.tflops / self.peak_tflops_bf16 if self.peak_tflops_bf16 else None
+        return _mfu(self.tflops * 1e12, 1.0, self.peak_tflops_bf16) if self.peak_tflops_bf16 else None
+
+    mfu = mfu_vs_bf16  # the course's one yardstick: `mfu` is always against the BF16 dense peak here
+
+    @property
+    def mfu_vs_own_dtype(self) -> float | None:
+        """Achieved FLOP/s over the datasheet dense peak of the dtype this configuration's matmuls use."""
+        return _mfu(self.tflops * 1e12, 1.0, self.peak_tflops_own) if self.peak_tflops_own else None
 
     @property
     def mfu_own(self) -> float | None:
-        """Achieved FLOP/s over the datasheet dense peak of the dtype this configuration's matmuls use."""
-        return self.tflops / self.peak_tflops_own if self.peak_tflops_own else None
+        """Deprecated: `mfu_vs_own_dtype`."""
+        _deprecated("TrainResult.mfu_own", "TrainResult.mfu_vs_own_dtype")
+        return self.mfu_vs_own_dtype
 
     @property
     def final_loss(self) -> float | None:
@@ -307,7 +322,7 @@ class TrainResult:
     def summary(self) -> dict[str, Any]:
         return {"label": self.label, "steps": self.steps, "step_ms": self.step_s * 1e3,
                 "first_step_ms": self.first_step_s * 1e3, "tokens_per_s": self.tokens_per_s,
-                "tflops": self.tflops, "mfu": self.mfu, "mfu_own": self.mfu_own, "matmul_dtype": self.matmul_dtype,
+                "tflops": self.tflops, "mfu": self.mfu_vs_bf16, "mfu_own": self.mfu_vs_own_dtype, "matmul_dtype": self.matmul_dtype,
                 "peak_memory_gb": self.peak_memory_gb, "final_loss": self.final_loss}
 
     def to_dict(self) -> dict[str, Any]:
