@@ -23,7 +23,8 @@ def _widget_for(name: str, spec: Any):
 
 
 def control_panel(run: Callable[..., Any], **controls: Any):
-    """Controls plus a Run button: clicking calls `run(**values)` and shows what it returns or draws.
+    """Controls plus a Run button (ipywidgets' `interact_manual`): clicking calls `run(**values)` and shows what
+    it returns or draws.
 
     controls: name=[options] (dropdown or selection slider), name=(min, max, step) (slider), name=bool, or a
     ready ipywidget. Without ipywidgets this returns None and says so: the notebook still runs.
@@ -37,17 +38,13 @@ def control_panel(run: Callable[..., Any], **controls: Any):
     if not callable(run):
         raise ValueError("run must be callable")
     boxes = {name: _widget_for(name, spec) for name, spec in controls.items()}
-    button = w.Button(description="Run", button_style="primary")
-    out = w.Output()
 
-    def on_click(_):
-        with out:
-            out.clear_output(wait=True)
-            result = run(**{k: b.value for k, b in boxes.items()})
-            if result is not None:
-                display(result)
-            import matplotlib.pyplot as plt
-            plt.show()
+    def show(**values: Any) -> None:
+        result = run(**values)
+        if result is not None:
+            display(result)
+        import matplotlib.pyplot as plt
+        plt.show()
 
-    button.on_click(on_click)
-    return w.VBox([w.HBox(list(boxes.values())), button, out])
+    # interact_manual runs nothing until the button is pressed: a headless run never starts an experiment here
+    return w.interact_manual.options(manual_name="Run")(**boxes).widget(show)
