@@ -7,7 +7,7 @@
     cmp = gl.before_after(slow, fast, name="bf16", flops=f, dtype="bf16")
     with gl.track(flops_per_step=f, dtype="bf16") as t: ... t.step()   # MFU per step, no sync
 """
-from . import flops
+from . import _compat, flops
 from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
 from .peaks import MeasuredPeaks, measure_peaks
 from .claims import Claim, Estimate, claims_table_html, interval_of
@@ -35,13 +35,17 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
+_compat.install()  # old module paths (gpulab.matmul_lab, gpulab.plots, ...) keep working for one release
+
 
 def __getattr__(name: str):
     """Display modules and the course's parameter schemas load on first use: `import gpulab` stays light."""
     import importlib
 
     if name in ("plots", "widgets"):
+        return importlib.import_module(f".display.{name}", __name__)
+    if name in ("lessons", "app", "display"):  # subpackages, as attributes
         return importlib.import_module(f".{name}", __name__)
     if name == "check_params":  # the notebooks' parameter schemas belong to the course, not the core
-        return importlib.import_module(".params", __name__).check_params
+        return importlib.import_module(".app.params", __name__).check_params
     raise AttributeError(f"module 'gpulab' has no attribute {name!r}")

@@ -53,8 +53,8 @@ def choose_smoke(smoke: bool, full: bool, has_cuda: bool) -> tuple[bool, str | N
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from .course import run_course
-    from .params import boolean, parse_value
+    from .app.course import run_course
+    from .app.params import boolean, parse_value
 
     params = {name: parse_value(value) for name, value in (args.param or [])}
     smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
@@ -74,8 +74,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from .course import check_out_dir, check_reference_dir
-    from .summary import RESULT_GLOB, update_readme, write_summary
+    from .app.course import check_out_dir, check_reference_dir
+    from .app.summary import RESULT_GLOB, update_readme, write_summary
 
     folder = args.results
     if not folder.exists():
@@ -98,7 +98,7 @@ def _summary(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     import torch
 
-    from .selfcheck import print_check, run_check
+    from .app.selfcheck import print_check, run_check
 
     smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
     if why:

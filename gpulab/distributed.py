@@ -1,6 +1,6 @@
 """Run a function of a gpulab module on N ranks through PyTorch's own launcher (torchrun), from a notebook.
 
-    run = launch("gpulab.multigpu_lab:allreduce_sweep", nproc=2, backend="nccl", kwargs={"max_mb": 1024})
+    run = launch("gpulab.lessons.multigpu_lab:allreduce_sweep", nproc=2, backend="nccl", kwargs={"max_mb": 1024})
     run.results          # what each rank's function returned, rank 0 first
     run.traces           # each rank's monitor Trace (NVML on a GPU)
     run                  # a table: rank, status, seconds, error
@@ -211,7 +211,7 @@ def check_launch(nproc: int, backend: str, *, cuda_count: int | None = None) -> 
 def resolve_target(target: str):
     """The function named by "gpulab.module:function" (or "module:function" inside gpulab)."""
     if not isinstance(target, str) or target.count(":") != 1:
-        raise ValueError(f"target={target!r} must look like 'gpulab.multigpu_lab:allreduce_sweep'")
+        raise ValueError(f"target={target!r} must look like 'gpulab.lessons.multigpu_lab:allreduce_sweep'")
     module, name = target.split(":")
     module = module if module.startswith("gpulab.") else f"gpulab.{module}"
     try:

@@ -57,21 +57,21 @@ def _gpm(lesson: Lesson) -> str | None:
 
 @need("fp8")
 def _fp8(lesson: Lesson) -> str | None:
-    from .matmul_lab import dtype_support
+    from .lessons.matmul_lab import dtype_support
     why = dtype_support(lesson.device, "fp8")
     return f"needs FP8 tensor cores: {why}" if why else None
 
 
 @need("bf16")
 def _bf16(lesson: Lesson) -> str | None:
-    from .matmul_lab import dtype_support
+    from .lessons.matmul_lab import dtype_support
     why = dtype_support(lesson.device, "bf16")
     return f"needs BF16: {why}" if why else None
 
 
 @need("compiler")
 def _compiler(lesson: Lesson) -> str | None:
-    from .compile_lab import compiler_available
+    from .lessons.compile_lab import compiler_available
     ok, why = compiler_available(lesson.device.torch_device)
     return None if ok else f"needs a compiler for torch.compile: {why}"
 
@@ -222,7 +222,7 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any], smoke:
     that is None there is set to the smoke or full default and written back, so later cells use it by name.
     `smoke` overrides `full` at smoke sizes (keys missing from it keep the full value).
     """
-    from .params import SCHEMAS, check_params
+    from .app.params import SCHEMAS, check_params
 
     if not isinstance(namespace, dict):
         raise ValueError("namespace must be the notebook's globals()")

@@ -320,7 +320,7 @@ class StepTracker:
         if not force and now - self._last_plot < self.plot_every_s:
             return
         self._last_plot = now
-        from . import plots
+        from .display import plots
 
         fig = plots.tracker_figure(self)
         try:

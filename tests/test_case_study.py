@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpulab import case_study as CS
+from gpulab.lessons import case_study as CS
 from gpulab import training as T
 from gpulab.claims import Estimate, count_verdicts
 from gpulab.monitor import Trace

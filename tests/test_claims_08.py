@@ -2,7 +2,7 @@
 import pytest
 
 from _notebook_run import check_claims_contract, html_outputs
-from gpulab.case_study import OTHER_SYSTEMS
+from gpulab.lessons.case_study import OTHER_SYSTEMS
 
 pytestmark = pytest.mark.notebook
 

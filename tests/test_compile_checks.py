@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import compile_checks as cc
-from gpulab import compile_lab as cl
+from gpulab.lessons import compile_checks as cc
+from gpulab.lessons import compile_lab as cl
 
 
 def _mode(name, median, q1, q3, compile_s=None, wall_s=None, ok=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import compile_lab as cl
+from gpulab.lessons import compile_lab as cl
 
 TINY = dict(vocab_size=64, n_layer=1, n_head=2, n_embd=16, block_size=16)
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from gpulab import course, plots
+from gpulab.app import course
+from gpulab.display import plots
 from gpulab.__main__ import main
 from gpulab.monitor import Trace
 from test_results import make_result

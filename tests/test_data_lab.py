@@ -2,7 +2,7 @@ import psutil
 import pytest
 import torch
 
-from gpulab import data_lab as dl
+from gpulab.lessons import data_lab as dl
 from gpulab.experiment import RunResult
 from gpulab.flops import transformer_flops_per_token
 from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset

@@ -14,7 +14,7 @@ import matplotlib
 import nbformat
 import pytest
 
-from gpulab import course
+from gpulab.app import course
 from gpulab.__main__ import main
 from gpulab.device import get_device
 from gpulab.results import TMP_MARK, load_result, write_json_atomic
@@ -282,7 +282,7 @@ def test_parameters_reach_only_the_notebooks_that_take_them(tmp_path, fake_noteb
 def test_check_picks_smoke_sizes_without_a_gpu_like_run(monkeypatch, capsys):
     import torch
 
-    import gpulab.selfcheck as selfcheck
+    import gpulab.app.selfcheck as selfcheck
 
     seen = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

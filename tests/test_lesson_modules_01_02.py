@@ -2,9 +2,9 @@
 import pytest
 
 import gpulab as gl
-from gpulab import measuring_claims as mc
-from gpulab import measuring_lesson as L
-from gpulab import tensor_cores_lesson as T
+from gpulab.lessons import measuring_claims as mc
+from gpulab.lessons import measuring_lesson as L
+from gpulab.lessons import tensor_cores_lesson as T
 from gpulab.claims import Estimate
 from gpulab.lesson import _as_spec
 

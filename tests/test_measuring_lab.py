@@ -1,6 +1,6 @@
 import pytest
 
-from gpulab import measuring_lab as ms
+from gpulab.lessons import measuring_lab as ms
 from gpulab.claims import Estimate
 from gpulab.device import DeviceInfo
 from gpulab.experiment import Comparison, RunResult

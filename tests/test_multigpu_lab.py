@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab import multigpu_lab as L
-from gpulab import multigpu_report as R
+from gpulab.lessons import multigpu_lab as L
+from gpulab.lessons import multigpu_report as R
 
 
 def test_bus_bandwidth_is_algbw_times_2_n_minus_1_over_n():

@@ -9,7 +9,7 @@ from gpulab.results import load_result
 @pytest.mark.notebook
 def test_notebook_10_smoke_through_the_runner(tmp_path, monkeypatch):
     pytest.importorskip("papermill")
-    from gpulab.course import run_course
+    from gpulab.app.course import run_course
 
     results = tmp_path / "results"
     monkeypatch.setenv("GPULAB_RESULTS", str(results))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import data_lab as dl
+from gpulab.lessons import data_lab as dl
 from gpulab.claims import Estimate
 from gpulab.timing import benchmark
 

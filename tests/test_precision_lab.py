@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from gpulab import precision_lab as P
+from gpulab.lessons import precision_lab as P
 from gpulab.claims import Estimate
 from gpulab.device import DeviceInfo, lookup_peaks
 from gpulab.workloads import GPTConfig

@@ -4,7 +4,7 @@ import torch
 
 from gpulab.device import get_device
 from gpulab.results import load_result
-from gpulab.selfcheck import monitor_overhead, run_check
+from gpulab.app.selfcheck import monitor_overhead, run_check
 
 
 def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
@@ -37,7 +37,7 @@ def test_monitor_overhead_alternates_phases():
 def test_floors_are_fractions_of_this_devices_datasheet():
     """An H200 at 687 TFLOP/s BF16 passes the floor (60% of 989); a floor of 700 once said "refuted" there."""
     from gpulab.device import DeviceInfo, MeasuredPeaks, lookup_peaks
-    from gpulab.selfcheck import floor_claims
+    from gpulab.app.selfcheck import floor_claims
 
     h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), datasheet_peaks=lookup_peaks("NVIDIA H200"))
     peaks = MeasuredPeaks(device="NVIDIA H200", tflops={"bf16": 687.0}, rounds={"bf16": [658.0, 687.0, 680.0]},

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from gpulab import summary
+from gpulab.app import summary
 from gpulab.experiment import before_after, measure
 from gpulab.timing import benchmark
 from test_results import make_result

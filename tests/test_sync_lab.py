@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import sync_lab as sl
+from gpulab.lessons import sync_lab as sl
 from gpulab.workloads import GPT, GPTConfig
 
 CFG = GPTConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=16, block_size=16)

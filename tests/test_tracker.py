@@ -174,7 +174,7 @@ def test_bad_arguments_are_named(cpu_device):
 
 
 def test_guide_tracker_synchronizes_twice_per_step(monkeypatch):
-    from gpulab import profile_lab as pl
+    from gpulab.lessons import profile_lab as pl
 
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -204,7 +204,7 @@ def test_tracked_steps_make_no_sync_on_gpu():
 
 
 def test_paired_overhead_interval_from_paired_differences():
-    from gpulab.profile_lab import paired_overhead
+    from gpulab.lessons.profile_lab import paired_overhead
     off = [1.0, 1.2, 0.9, 1.1] * 25  # large drift, shared by each pair
     on = [x * 1.005 for x in off]  # 0.5% slower, exactly
     est = paired_overhead(on, off)
@@ -215,7 +215,7 @@ def test_paired_overhead_interval_from_paired_differences():
 
 
 def test_tracker_overhead_runs_abba_blocks_and_synced_rounds(cpu_device):
-    from gpulab import profile_lab as pl
+    from gpulab.lessons import profile_lab as pl
     calls = []
     clock = FakeClock()
 

@@ -1,7 +1,7 @@
 """The control panel: ipywidgets' interact_manual with a Run button; nothing runs until it is pressed."""
 import pytest
 
-from gpulab import widgets
+from gpulab.display import widgets
 
 
 def test_control_panel_runs_only_on_demand():

@@ -26,8 +26,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .device import synchronize
-from .workloads import GPT, GPTConfig, gelu_tanh
+from ..device import synchronize
+from ..workloads import GPT, GPTConfig, gelu_tanh
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SUBPROCESS_MODES = ("eager", "cuda-graph") + MODES  # what time_mode_in_subprocess accepts
@@ -383,8 +383,8 @@ class ModeTiming:
 
 def _run_mode(spec: dict[str, Any]) -> ModeTiming:
     """Inside the child: build the workload, compile it in `mode`, time it (and profile it on CUDA)."""
-    from .profiling import profile
-    from .timing import benchmark
+    from ..profiling import profile
+    from ..timing import benchmark
 
     mode = spec["mode"]
     model, idx = gpt_forward_workload(**spec["workload"])
@@ -449,9 +449,9 @@ def time_mode_in_subprocess(workload: dict[str, Any], mode: str, *, timeout_s: f
     spec = {"workload": workload, "mode": mode, "min_time_s": min_time_s, "use_cache": use_cache,
             "profile": profile}
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)  # so the child imports this gpulab, installed or not
+    root = str(Path(__file__).resolve().parents[2])  # so the child imports this gpulab, installed or not
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    cmd = [sys.executable, "-m", "gpulab.compile_lab", json.dumps(spec)]
+    cmd = [sys.executable, "-m", "gpulab.lessons.compile_lab", json.dumps(spec)]
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=os.name == "posix")

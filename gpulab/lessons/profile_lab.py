@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .claims import Estimate
-from .device import synchronize
-from .workloads import gelu_tanh
+from ..claims import Estimate
+from ..device import synchronize
+from ..workloads import gelu_tanh
 
 
 @dataclass(frozen=True)
@@ -290,10 +290,10 @@ def case_study_trainer(*, small: bool, device: Any = None) -> Any:
     """Notebook 08's final training loop (GPT-2 small, BF16 weights, fused AdamW, cuDNN/flash attention, the
     fused loss, DataLoader workers, torch.compile), as an open `training.Trainer`; a tiny GPT without
     compile when `small`. Close it when done."""
-    from . import training as T
-    from .device import get_device
+    from .. import training as T
+    from ..device import get_device
     from .measuring_lab import optimised_config
-    from .workloads import ByteTokenizer, GPTConfig, build_text_corpus
+    from ..workloads import ByteTokenizer, GPTConfig, build_text_corpus
 
     dev = device or get_device()
     if small:

@@ -14,11 +14,11 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .claims import Claim, Estimate
-from .device import DeviceInfo, as_torch_device, lookup_peaks
-from .flops import attention_flops
-from .timing import quantiles
-from .workloads import GPTConfig
+from ..claims import Claim, Estimate
+from ..device import DeviceInfo, as_torch_device, lookup_peaks
+from ..flops import attention_flops
+from ..timing import quantiles
+from ..workloads import GPTConfig
 
 OPTIMIZER_VARIANTS = ("for-loop", "foreach", "fused")
 _ATTN_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -39,7 +39,7 @@ def optimizer_step_fns(model_cfg: GPTConfig, device: Any = None, *, variants: tu
     "foreach" (PyTorch's default on a GPU: one launch per op over a list of tensors) and "fused"
     (fused=True: the whole update in one kernel per parameter group). Same hyper-parameters as the trainer.
     """
-    from .training import _param_groups  # the trainer's decay / no-decay split
+    from ..training import _param_groups  # the trainer's decay / no-decay split
 
     if isinstance(variants, str) or not variants:
         raise ValueError(f"variants={variants!r} must be a non-empty tuple of {OPTIMIZER_VARIANTS}")
@@ -49,7 +49,7 @@ def optimizer_step_fns(model_cfg: GPTConfig, device: Any = None, *, variants: tu
     if not isinstance(model_cfg, GPTConfig):
         raise ValueError(f"model_cfg={model_cfg!r} must be a GPTConfig")
     dev = as_torch_device(device)
-    from .workloads import GPT
+    from ..workloads import GPT
 
     torch.manual_seed(seed)
     shapes = [p.shape for p in GPT(model_cfg).parameters()]  # tied weights once, as the trainer optimizes them

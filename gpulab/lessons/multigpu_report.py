@@ -1,6 +1,6 @@
 """Notebook 10's analysis and figures: what the ranks returned, as medians with intervals, and claims checked on them.
 
-Nothing here measures: these functions take the per-rank results of `gpulab.multigpu_lab` (through
+Nothing here measures: these functions take the per-rank results of `gpulab.lessons.multigpu_lab` (through
 `gpulab.distributed.launch`) and reduce them. A round's time is the slowest rank's (a collective step ends
 when the last rank ends); every figure is a median over rounds with its quartiles as the interval.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .experiment import Claim, Comparison, RunResult
-from .flops import mfu as _mfu
+from ..experiment import Claim, Comparison, RunResult
+from ..flops import mfu as _mfu
 from .multigpu_lab import bus_bandwidth_gbs
-from .timing import Measurement, quantiles
+from ..timing import Measurement, quantiles
 
 
 def slowest_rank(per_rank: Sequence[Sequence[float]]) -> list[float]:
@@ -158,7 +158,7 @@ def plot_overlap(profiles: list[dict[str, Any] | None], title: str = ""):
 
 def find_reference(notebook: str = "10_multi_gpu") -> dict[str, Any] | None:
     """The committed reference run of `notebook` on any reference machine (a multi-GPU run lives beside the others)."""
-    from .results import data_dir, load_reference, load_result
+    from ..results import data_dir, load_reference, load_result
 
     ref = load_reference(notebook)
     if ref is not None:

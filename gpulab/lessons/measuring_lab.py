@@ -1,7 +1,7 @@
 """Lessons of the measuring notebooks (01, 02): intervals for monitor readings and derived ratios, NVML's
 utilization against short bursts of work whose busy time is known, and the course's optimised training loop.
 
-    from gpulab import measuring_lab as ms
+    from gpulab.lessons import measuring_lab as ms
     ms.samples_estimate(run.trace, "nvml_util")      # mean of NVML's samples, interval from their quartiles
     ms.gpm_estimate(gl.watch(fn), "gpm_tensor_active")  # whole-window GPM value, interval from its 1 s readings
     ms.mfu_estimate(run, peak_tflops=989)           # MFU in % with the interval of the step's timings
@@ -13,11 +13,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from . import claims
-from .claims import Estimate, difference  # noqa: F401  (difference: used by notebook 01 as ms.difference)
-from .device import DeviceInfo, get_device
-from .monitor import Monitor, Trace
-from .timing import quantiles
+from .. import claims
+from ..claims import Estimate, difference  # noqa: F401  (difference: used by notebook 01 as ms.difference)
+from ..device import DeviceInfo, get_device
+from ..monitor import Monitor, Trace
+from ..timing import quantiles
 
 # ---------------------------------------------------------------- intervals for what a run read
 
@@ -196,7 +196,7 @@ def optimised_config(model: Any, *, batch_size: int, grad_accum: int, num_worker
     """Notebook 08's final training configuration for a GPT of shape `model` (a GPTConfig): BF16 weights with
     FP32 master weights, fused AdamW, flash (or cuDNN) attention, the fused lm_head + loss, no per-step
     syncs, DataLoader workers with pinned memory, a padded vocabulary and (with `compile`) torch.compile."""
-    from . import training as T  # the training loop is a workload: imported only when asked for
+    from .. import training as T  # the training loop is a workload: imported only when asked for
 
     device = device or get_device()
     naive = T.TrainConfig(model=model, batch_size=batch_size)

@@ -1,7 +1,7 @@
 """Notebook 01's scaffolding: its sizes and claims as data, the tables, figures and sentences that report what it
 measured, and the small steps it shows with `inspect.getsource` (the host-clock timer, the three FLOP counts).
 
-The measuring itself stays in the notebook and in `gpulab.measuring_lab`; nothing here times anything except
+The measuring itself stays in the notebook and in `gpulab.lessons.measuring_lab`; nothing here times anything except
 `host_clock` (the lesson's wrong-on-purpose timer) and the optimised loop's `measure_optimised` wrapper.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import warnings
 from typing import Any, Callable, Sequence
 
-from .claims import Estimate
+from ..claims import Estimate
 
 # Sizes: full on a CUDA GPU, smoke with SMOKE=True or without a GPU (gl.lesson picks and records which).
 FULL = dict(BIG_N=4096, TINY_SIZE=128, TIMING_N=8192, GPT_LAYERS=12, GPT_WIDTH=768, GPT_HEADS=12, GPT_SEQ=1024,
@@ -142,8 +142,8 @@ def trap_summary(cmp_launch: Any, cmp_busy: Any, n_tiny: int, big_n: int, gpu: b
 
 def reference_timeline(lesson: Any, launch_name: str, busy_name: str) -> str | None:
     """Draw the reference run's timeline of the same workloads; a sentence instead when there is none to draw."""
-    from . import plots
-    from .results import comparisons
+    from ..display import plots
+    from ..results import comparisons
 
     ref = lesson.reference
     if ref is None:
@@ -164,7 +164,7 @@ def reference_timeline(lesson: Any, launch_name: str, busy_name: str) -> str | N
 
 def bursts_figure(bursts: Sequence[Any]):
     """NVML's reading against the true busy share, one pair of bars per burst pattern."""
-    from . import plots
+    from ..display import plots
     return plots.bars([f"{b.burst_ms:g} ms every {b.burst_ms + b.gap_ms:g} ms" for b in bursts],
                       [b.nvml_pct for b in bursts], ref=[b.true_busy_pct for b in bursts],
                       ref_label="GPU busy (CUDA events)", ylabel="% of the time",
@@ -195,7 +195,7 @@ def host_clock(fn: Callable[[], Any], sync_after: bool, reps: int = 20) -> Any:
     """Time `fn` with the host clock `reps` times; with `sync_after`, wait for the GPU before reading the clock."""
     import torch
 
-    from .timing import Measurement
+    from ..timing import Measurement
     gpu = torch.cuda.is_available()
     times = []
     for _ in range(reps):
@@ -211,7 +211,7 @@ def host_clock(fn: Callable[[], Any], sync_after: bool, reps: int = 20) -> Any:
 
 def timing_report(result: Any, n: int, dtype: str, m_nosync: Any, m_sync: Any, m_events: Any, gpu: bool) -> str:
     """Record the three timings, draw them (log scale on a GPU) and say what the ratio means."""
-    from . import plots
+    from ..display import plots
 
     timing = {"host clock,\nno sync": m_nosync.median, "host clock\n+ synchronize": m_sync.median,
               m_events.label.replace(" (", "\n("): m_events.median}
@@ -235,7 +235,7 @@ def timing_report(result: Any, n: int, dtype: str, m_nosync: Any, m_sync: Any, m
 def flop_counts(cfg: Any, batch: int, n_params: int, forward_only: Callable[[], Any],
                 forward_backward: Callable[[], Any]) -> dict[str, tuple[float, float]]:
     """One GPT step's FLOPs counted three ways: {count: (forward, training step)}."""
-    from . import flops as F
+    from .. import flops as F
 
     L, T, d, H = cfg.n_layer, cfg.block_size, cfg.n_embd, cfg.n_head
     guide = F.guide_transformer_flops(batch, T, d, L, cfg.vocab_size)  # a forward pass, as the guide writes it
@@ -261,8 +261,8 @@ def gpt_step_report(result: Any, run: Any, flops: dict[str, tuple[float, float]]
     """The step's MFU under each FLOP count: a table, notes on where the counts differ, a plot; recorded."""
     from IPython.display import HTML, Markdown, display
 
-    from . import flops as F
-    from . import plots
+    from .. import flops as F
+    from ..display import plots
 
     def mfu(t):
         return None if not peak else 100 * t / run.seconds / 1e12 / peak
@@ -303,7 +303,7 @@ def gpt_step_report(result: Any, run: Any, flops: dict[str, tuple[float, float]]
 
 def measure_optimised(config: Any, tokens: Any, *, device: Any, min_time_s: float, peaks: Any) -> tuple[Any, str]:
     """Time the optimised loop; if torch.compile fails here, the same loop uncompiled (and a note saying so)."""
-    from . import training as T
+    from .. import training as T
 
     try:
         return T.measure_config("optimised loop", config, tokens, device=device, min_time_s=min_time_s,
@@ -319,7 +319,7 @@ def measure_optimised(config: Any, tokens: Any, *, device: Any, min_time_s: floa
 def optimised_summary(result: Any, step: Any, eager: Any, opt_mfu: Estimate | None, peaks: Any, opt_nvml: Any,
                       note: str) -> str:
     """Record the optimised loop's row and describe it beside the eager step and the BF16 peak measured here."""
-    from . import training as T
+    from .. import training as T
     from .measuring_lab import mfu_estimate
 
     opt_mfu_measured = mfu_estimate(step.run, peaks.tflops.get("bf16"))
@@ -347,8 +347,8 @@ def gpt2_small_example(result: Any) -> dict[str, tuple[float, float]]:
     import torch
     from IPython.display import HTML, display
 
-    from . import flops as F
-    from .workloads import GPT, GPTConfig
+    from .. import flops as F
+    from ..workloads import GPT, GPTConfig
 
     guide_fwd = F.guide_transformer_flops(**GPT2_SMALL)
     with torch.device("meta"):  # shapes without data: a full-size count in about a second, on any machine
@@ -374,7 +374,7 @@ def gpt2_small_example(result: Any) -> dict[str, tuple[float, float]]:
 
 def workloads_timeline(workloads: dict[str, tuple[Any, Any]], gpu: bool):
     """One monitor's timeline of every workload: NVML, GPM and power on a GPU; NVML and the CPU on a CPU."""
-    from . import plots
+    from ..display import plots
     return plots.timeline(*[(name, tr) for name, (_, tr) in workloads.items()],
                           metrics=("nvml_util", "gpm_sm_active", "gpm_tensor_active", "power_w") if gpu else
                           ("nvml_util", "cpu_percent"),
@@ -391,9 +391,9 @@ def try_tiny_panel(lesson: Any, peaks: Any, dtype: str, min_time_s: float) -> An
     """A widget: pick a tiny-matmul size and how it is launched; Run measures NVML busy against MFU."""
     from IPython.display import Markdown
 
-    from .experiment import measure
+    from ..experiment import measure
     from .matmul_lab import TinyMatmuls
-    from .widgets import control_panel
+    from ..display.widgets import control_panel
 
     dev = lesson.device
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable
 
-from .claims import Estimate
+from ..claims import Estimate
 from .compile_lab import ModeTiming
 
 __all__ = ["mode_speed_ratio", "compile_time_ratio", "samples_estimate", "kernels_per_call"]
@@ -60,6 +60,6 @@ def samples_estimate(values: list[float]) -> Estimate | None:
 
 def kernels_per_call(fn: Callable[[], Any]) -> float | None:
     """Device kernels per call of `fn` from the profiler's summary (None on a machine without CUDA)."""
-    from .profiling import profile
+    from ..profiling import profile
 
     return profile(fn, steps=3, warmup=1).kernels_per_step

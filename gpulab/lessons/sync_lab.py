@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .claims import Estimate
+from ..claims import Estimate
 
 LOG_MODES = ("item_twice", "item_once", "gpu", "none", "cpu", "branch")
 MASK_MODES = ("none", "index", "where")
@@ -202,7 +202,7 @@ def count_syncs(variants: dict[str, Callable[[], Any]]) -> dict[str, int]:
     An exact count per variant (each warning is one synchronizing call); {} without CUDA, where there is no
     device to wait for and the debug mode reports nothing.
     """
-    from .profiling import find_syncs
+    from ..profiling import find_syncs
 
     if not torch.cuda.is_available():
         return {}

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .checks import positive_int
+from ..checks import positive_int
 from .params import SCHEMAS, check_params
-from .results import ResultError, load_result, results_dir, write_json_atomic
+from ..results import ResultError, load_result, results_dir, write_json_atomic
 from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
                       summary_tables, update_readme, write_summary)
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 # The kernel's own log (e.g. "Kernel is running over TCP without encryption", once per notebook) and the
 # profiler's start/stop lines are nothing a reader can act on; errors in the notebook's code still show.
 KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
@@ -243,7 +243,7 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     import papermill as pm
     from tqdm.auto import tqdm
 
-    from .device import get_device
+    from ..device import get_device
 
     chosen = notebooks(selection)
     positive_int("timeout_s", timeout_s, allow_none=True)

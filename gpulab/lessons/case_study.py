@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .claims import Claim, Estimate, difference, ratio
-from .device import lookup_peaks
+from ..claims import Claim, Estimate, difference, ratio
+from ..device import lookup_peaks
 
 VLM = ("the guide's numbers are an 8xA100 vision-language model (Qwen3-VL backbone) that starts data-starved; "
        "here one GPU trains a GPT from memory")

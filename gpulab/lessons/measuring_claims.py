@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .claims import Estimate, difference
+from ..claims import Estimate, difference
 from .measuring_lab import gpm_estimate, samples_estimate
 from .measuring_lesson import pct
 
@@ -154,7 +154,7 @@ def raw_matmul(device: Any, peaks: Any, dtype: str) -> Evidence:
 
 def good_training(opt_mfu: Estimate | None, opt_step: Any, eager: Any, note: str) -> Evidence:
     """The optimised loop's MFU against the datasheet dense BF16 peak; interval: step-time quartiles."""
-    from . import training as T
+    from .. import training as T
 
     if opt_mfu is None:
         return None, ("needs a CUDA GPU with a datasheet peak at full size (the optimised loop at smoke size on a CPU "
@@ -167,7 +167,7 @@ def good_training(opt_mfu: Estimate | None, opt_step: Any, eager: Any, note: str
 
 def gpt2_markdown(ex: dict[str, tuple[float, float]]) -> str:
     """What the recomputed GPT-2 example says about the guide's 1.7 TFLOP and its 1.09% MFU."""
-    from .flops import mfu
+    from ..flops import mfu
 
     guide_fwd, fc_train = ex["guide §1.2 formula"][0], ex["FlopCounterMode (meta device)"][1]
     return (f"The guide's formula, evaluated as printed, gives {guide_fwd / 1e12:.2f} TFLOP for a *forward* pass, not "

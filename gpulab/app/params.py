@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from . import checks
+from .. import checks
 
 
 @dataclass(frozen=True)

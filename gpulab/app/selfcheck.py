@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from .device import DeviceInfo, get_device, measure_peaks, synchronize
-from .claims import Claim
-from .experiment import Comparison, RunResult
-from .monitor import Monitor, Trace, watch
-from .results import NotebookResult
-from .timing import Measurement
+from ..device import DeviceInfo, get_device, measure_peaks, synchronize
+from ..claims import Claim
+from ..experiment import Comparison, RunResult
+from ..monitor import Monitor, Trace, watch
+from ..results import NotebookResult
+from ..timing import Measurement
 
 
 def _matmul_window(device: DeviceInfo, seconds: float, n: int) -> Trace:

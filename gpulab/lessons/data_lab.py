@@ -25,15 +25,15 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 from tqdm.auto import tqdm
 
-from .batchsize import (GPTTrainStep, batch_sweep, column, gpt_step_memory_estimate,  # noqa: F401  (old home)
+from ..batchsize import (GPTTrainStep, batch_sweep, column, gpt_step_memory_estimate,  # noqa: F401  (old home)
                         peak_memory_gb, row_for, trace_estimate)
-from .claims import Estimate, ratio  # noqa: F401  (ratio: used by notebooks 05 and 06 as dl.ratio)
-from .dataloading import CUDAPrefetcher, _check_int, as_torch_device, synchronize, to_device
-from .device import get_device, usable_cores  # noqa: F401  (usable_cores: used by notebook 05)
-from .experiment import Comparison, RunResult, default_min_time, measure
-from .flops import count_flops
-from .timing import benchmark
-from .workloads import _MEAN, _STD
+from ..claims import Estimate, ratio  # noqa: F401  (ratio: used by notebooks 05 and 06 as dl.ratio)
+from ..dataloading import CUDAPrefetcher, _check_int, as_torch_device, synchronize, to_device
+from ..device import get_device, usable_cores  # noqa: F401  (usable_cores: used by notebook 05)
+from ..experiment import Comparison, RunResult, default_min_time, measure
+from ..flops import count_flops
+from ..timing import benchmark
+from ..workloads import _MEAN, _STD
 
 _ENDLESS = 2**40  # samples in an "endless" epoch: no run of the notebook ever reaches its end
 
@@ -284,7 +284,7 @@ class EpochStarts:
 
     def ratio_estimate(self) -> Estimate:
         """`ratio` with an interval from both modes' quartiles over epochs 2.. (q1 / q3 to q3 / q1)."""
-        from .timing import quantiles
+        from ..timing import quantiles
 
         r1, _, r3 = quantiles(self.first_batch_s["respawn"][1:])
         p1, _, p3 = quantiles(self.first_batch_s["persistent"][1:])

@@ -10,7 +10,7 @@ import base64
 import io
 from pathlib import Path
 
-from .results import write_text_atomic
+from ..results import write_text_atomic
 
 
 def check_available() -> None:

@@ -1,15 +1,15 @@
 """Notebook 02's scaffolding: its sizes and claims as data, and the tables, figures and sentences that report what
 it measured (formats, the sweep, the roofline, dtype speedups, tensor activity, alignment).
 
-The measuring stays in the notebook and in `gpulab.matmul_lab`; nothing here times anything except the widget.
+The measuring stays in the notebook and in `gpulab.lessons.matmul_lab`; nothing here times anything except the widget.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Sequence
 
-from .claims import Estimate
-from .lesson import ClaimSpec
+from ..claims import Estimate
+from ..lesson import ClaimSpec
 from .matmul_lab import fmt_tflops, format_mismatches
 
 # Sizes: full on a CUDA GPU, smoke with SMOKE=True or without a GPU (gl.lesson picks and records which).
@@ -135,7 +135,7 @@ def reference_sweep(ref: dict | None) -> Any:
 
 def sweep_figures(sweep: Any, sizes: Sequence[int], device: Any, peaks: Any, low: str, ref_sweep: Any) -> str:
     """Throughput and share of peak by size and dtype (the reference's BF16 and FP32 beside); the best points."""
-    from . import plots
+    from ..display import plots
 
     hl = {}
     if device.datasheet_tflops(low):
@@ -168,8 +168,8 @@ def sweep_figures(sweep: Any, sizes: Sequence[int], device: Any, peaks: Any, low
 
 def roofline_report(sweep: Any, peaks: Any, device: Any, low: str, ref: dict | None, ref_sweep: Any) -> str:
     """Draw the roofline of the tensor-core dtype's sweep (and, on a CPU, the reference GPU's); a table of bounds."""
-    from . import plots
-    from .device import MeasuredPeaks
+    from ..display import plots
+    from ..device import MeasuredPeaks
 
     roof_dtype = low if low in peaks.tflops else "fp32"
     pts = [p for p in sweep.points if p.dtype == roof_dtype]
@@ -296,8 +296,8 @@ def alignment_pairs(bad: dict[str, int], align_n: int, batch: int, seq: int, hid
 
 def alignment_report(align: dict[str, Any], ratio_est: dict[str, Estimate], ref: dict | None, dtype: str) -> str:
     """A table and a bar chart of aligned ÷ misaligned TFLOP/s (the reference's beside); returns the table."""
-    from . import plots
-    from .results import comparisons
+    from ..display import plots
+    from ..results import comparisons
 
     rows = "".join(f"<tr><td style='text-align:left'>{w}</td><td>{c.before.label}</td><td>{c.before.tflops:,.2f}</td>"
                    f"<td>{c.after.label}</td><td>{c.after.tflops:,.2f}</td><td><b>{ratio_est[w]!r}</b></td>"
@@ -360,7 +360,7 @@ def matmul_panel(device: Any, peaks: Any, sizes: Sequence[int], dtypes: Sequence
     from IPython.display import Markdown
 
     from .matmul_lab import measure_matmul
-    from .widgets import control_panel
+    from ..display.widgets import control_panel
 
     def run_one(n, dtype):
         try:

@@ -5,8 +5,8 @@ from typing import Any, Iterable, Sequence
 
 import matplotlib.pyplot as plt
 
-from .experiment import Comparison
-from .monitor import METRICS, Trace
+from ..experiment import Comparison
+from ..monitor import METRICS, Trace
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
 

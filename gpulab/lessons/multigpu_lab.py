@@ -2,10 +2,10 @@
 
 Each `*_rank` function runs on every rank under `gpulab.distributed.launch` and returns plain JSON: per-round
 times, memory, overlap. The link's limit (`link_limit`) is what NVML reports for this GPU's NVLink or PCIe.
-Analysis of what the ranks return (medians, intervals, scaling) lives in `gpulab.multigpu_report`.
+Analysis of what the ranks return (medians, intervals, scaling) lives in `gpulab.lessons.multigpu_report`.
 
-    launch("gpulab.multigpu_lab:allreduce_rank", kwargs={"sizes": [2**20, 2**30]})
-    launch("gpulab.multigpu_lab:train_rank", kwargs={"model": {...}, "configs": [{"wrap": "ddp"}, {"wrap": "fsdp2"}]})
+    launch("gpulab.lessons.multigpu_lab:allreduce_rank", kwargs={"sizes": [2**20, 2**30]})
+    launch("gpulab.lessons.multigpu_lab:train_rank", kwargs={"model": {...}, "configs": [{"wrap": "ddp"}, {"wrap": "fsdp2"}]})
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def allreduce_rank(ctx: Any, *, sizes: list[int], rounds: int = 5, round_s: floa
     """
     import torch.distributed as dist
 
-    from .distributed import RankContext  # noqa: F401  (ctx is a RankContext)
+    from ..distributed import RankContext  # noqa: F401  (ctx is a RankContext)
 
     out = []
     gen = torch.Generator(device=ctx.device).manual_seed(1234 + ctx.rank)
@@ -287,8 +287,8 @@ def train_rank(ctx: Any, *, model: dict[str, Any], batch_size: int, seq_len: int
             "grad_accum", "no_sync"}; every rank gets different data (seeded by rank).
         profile_label: the configuration whose steps are profiled for communication/compute overlap.
     """
-    from .training import TrainConfig, build_model
-    from .workloads import GPTConfig
+    from ..training import TrainConfig, build_model
+    from ..workloads import GPTConfig
 
     cuda = ctx.device.type == "cuda"
     if cuda:

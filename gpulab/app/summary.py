@@ -12,8 +12,8 @@ import io
 from pathlib import Path
 from typing import Any, Sequence
 
-from .claims import count_verdicts
-from .results import ResultError, load_result, write_text_atomic
+from ..claims import count_verdicts
+from ..results import ResultError, load_result, write_text_atomic
 
 RESULT_GLOB = "[0-9][0-9]_*.json"
 
