@@ -20,27 +20,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
+
 from tqdm.auto import tqdm
 
 from .claims import Estimate, difference  # noqa: F401  (difference: used by notebook 06)
-from .dataloading import _check_int, as_torch_device, synchronize
-from .device import get_device
+from .dataloading import _check_int
+from .device import as_torch_device, get_device, synchronize
 from .experiment import RunResult, measure
+from .memory import is_oom  # noqa: F401 (one home; still importable from here)
+from .memory import release as _release
 from .flops import transformer_flops_per_token
 from .workloads import GPT, GPTConfig
 
 
-_TORCH_OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 class SimulatedOutOfMemory(RuntimeError):
     """Raised when a batch would need more memory than a simulated limit (memory_limit_bytes)."""
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True for CUDA's OutOfMemoryError and for any RuntimeError saying "out of memory"."""
-    return isinstance(exc, _TORCH_OOM) or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
 ROW_KEYS = ("batch_size", "fits", "samples_per_s", "step_ms", "peak_mem_bytes", "error")
@@ -106,13 +102,6 @@ def _fmt(key: str, v: Any) -> str:
     if key == "peak_mem_bytes":
         return f"{v / 2**20:.1f} MiB"
     return f"{v:.1f}" if isinstance(v, float) else html.escape(str(v))
-
-
-def _release(device: torch.device) -> None:
-    # Called outside any `except` block: by then the traceback that kept the failed step's tensors alive is gone.
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_batch: int = 65536,

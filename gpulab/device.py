@@ -14,20 +14,8 @@ import torch
 if TYPE_CHECKING:
     from .peaks import MeasuredPeaks
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
-_TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def check_dtype(dtype: str, allowed: tuple[str, ...] = DTYPES, name: str = "dtype") -> str:
-    """Return `dtype` normalised, or raise ValueError naming the parameter and the allowed values."""
-    aliases = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
-               "float8": "fp8", "float8_e4m3fn": "fp8"}
-    if isinstance(dtype, torch.dtype):
-        dtype = str(dtype).removeprefix("torch.")
-    key = aliases.get(str(dtype).lower(), str(dtype).lower())
-    if key not in allowed:
-        raise ValueError(f"{name}={dtype!r} is not supported; allowed: {', '.join(allowed)}")
-    return key
+from .dtypes import DTYPES, check_dtype  # noqa: F401 (one source; these names stay importable here)
+from .dtypes import TORCH_DTYPES as _TORCH_DTYPES  # noqa: F401
 
 
 def usable_cores() -> int:

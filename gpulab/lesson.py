@@ -57,14 +57,14 @@ def _gpm(lesson: Lesson) -> str | None:
 
 @need("fp8")
 def _fp8(lesson: Lesson) -> str | None:
-    from .lessons.matmul_lab import dtype_support
+    from .dtypes import dtype_support
     why = dtype_support(lesson.device, "fp8")
     return f"needs FP8 tensor cores: {why}" if why else None
 
 
 @need("bf16")
 def _bf16(lesson: Lesson) -> str | None:
-    from .lessons.matmul_lab import dtype_support
+    from .dtypes import dtype_support
     why = dtype_support(lesson.device, "bf16")
     return f"needs BF16: {why}" if why else None
 

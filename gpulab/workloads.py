@@ -21,10 +21,9 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw, ImageEnhance
 from torch.utils.data import Dataset
 
+from .dtypes import torch_dtype
 from .fused_loss import linear_cross_entropy
 
-_MATMUL_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-                  "fp16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
 def _positive_int(**kwargs: object) -> None:
@@ -40,10 +39,7 @@ def random_matmul_inputs(m: int, n: int, k: int, dtype: torch.dtype | str = torc
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random operands A (m×k) and B (k×n): never zeros, which run faster than real data on tensor cores."""
     _positive_int(m=m, n=n, k=k)
-    key = str(dtype).removeprefix("torch.").lower()
-    if key not in _MATMUL_DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not supported; allowed: float32, float16, bfloat16")
-    dtype, device = _MATMUL_DTYPES[key], torch.device(device or "cpu")
+    dtype, device = torch_dtype(dtype, allowed=("fp32", "fp16", "bf16")), torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     # Scale by 1/sqrt(k) so products stay O(1) and FP16 cannot overflow at large k.
     a = torch.randn(m, k, device=device, dtype=dtype, generator=gen) / math.sqrt(k)

@@ -67,7 +67,7 @@ def test_random_matmul_inputs():
     assert (a != 0).float().mean() > 0.9 and (b != 0).float().mean() > 0.9
     a2, _ = random_matmul_inputs(16, 8, 32, "bf16")
     assert torch.equal(a, a2)  # seeded
-    with pytest.raises(ValueError, match=r"dtype=.*float32, float16, bfloat16"):
+    with pytest.raises(ValueError, match=r"dtype=.*allowed: fp32, fp16, bf16"):
         random_matmul_inputs(4, 4, 4, torch.int8)
     with pytest.raises(ValueError, match="k=0"):
         random_matmul_inputs(4, 4, 0)

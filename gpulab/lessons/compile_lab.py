@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..device import synchronize
 from ..workloads import GPT, GPTConfig, gelu_tanh
+from ..dtypes import torch_dtype
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SUBPROCESS_MODES = ("eager", "cuda-graph") + MODES  # what time_mode_in_subprocess accepts
@@ -343,7 +344,7 @@ class CUDAGraphed:
 def gpt_forward_workload(config: dict[str, Any], batch: int, seq: int, dtype: str = "bf16",
                          device: str | None = None, seed: int = 0) -> tuple[GPT, torch.Tensor]:
     """A GPT in eval mode (weights in `dtype`) and random token ids (batch, seq): an inference forward pass."""
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    dtypes = {k: torch_dtype(k) for k in ("bf16", "fp16", "fp32")}
     if dtype not in dtypes:
         raise ValueError(f"dtype={dtype!r}; allowed: {', '.join(dtypes)}")
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 
 from ..device import DTYPES, PEAK_TABLE, DeviceInfo, MeasuredPeaks, check_dtype, float32_matmul_precision, get_device
+from ..dtypes import dtype_support, torch_dtype  # noqa: F401 (dtype_support: one source, still importable here)
 from ..flops import attention_flops, matmul_flops
 from ..timing import benchmark
 from ..workloads import MLP, Block, GPTConfig, random_matmul_inputs
@@ -44,22 +45,6 @@ def matmul_intensity(n: int, dtype: str = "bf16", *, m: int | None = None, k: in
 
 
 # ---------------------------------------------------------------- which dtypes this device can run
-
-def dtype_support(device: DeviceInfo, dtype: str) -> str | None:
-    """None when `device` can run matmuls in `dtype` on its matrix units, else the reason it cannot."""
-    dtype = check_dtype(dtype)
-    if not device.is_cuda:
-        return "needs a CUDA GPU with tensor cores" if dtype in ("tf32", "fp8") else None
-    cap = device.capability or (0, 0)
-    if dtype in ("tf32", "bf16") and cap < (8, 0):
-        return f"{dtype.upper()} tensor cores arrive with Ampere (sm_80); this GPU is sm_{cap[0]}{cap[1]}"
-    if dtype == "fp8":
-        if cap < (8, 9):
-            return f"FP8 tensor cores arrive with Ada/Hopper (sm_89+); this GPU is sm_{cap[0]}{cap[1]}"
-        if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
-            return "this PyTorch has no torch._scaled_mm / float8 dtypes"
-    return None
-
 
 def fp8_datasheet_models() -> list[str]:
     """GPU models in gpulab's datasheet peak table that list an FP8 tensor-core peak (a datasheet fact)."""
@@ -385,7 +370,7 @@ def mlp_forward(tokens: int, hidden: int, dtype: str = "bf16", device: torch.dev
                 ) -> tuple[Callable[[], torch.Tensor], float]:
     """A transformer MLP (hidden -> 4·hidden -> hidden, GELU) on `tokens` random rows, and its FLOPs (16·T·h²)."""
     device = torch.device(device) if device is not None else get_device().torch_device
-    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[check_dtype(dtype)]
+    tdt = torch_dtype(dtype, allowed=("fp32", "bf16", "fp16"))
     mlp = MLP(hidden, 4 * hidden, hidden, depth=1).to(device, tdt).eval()
     x = torch.randn(tokens, hidden, device=device, dtype=tdt)
 
@@ -404,7 +389,7 @@ def block_forward(batch: int, seq: int, n_embd: int = 768, n_head: int = 12, dty
     (the model-FLOPs convention; a causal kernel does about half of the attention part).
     """
     device = torch.device(device) if device is not None else get_device().torch_device
-    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[check_dtype(dtype)]
+    tdt = torch_dtype(dtype, allowed=("fp32", "bf16", "fp16"))
     cfg = GPTConfig(vocab_size=256, n_layer=1, n_head=n_head, n_embd=n_embd, block_size=seq)
     blk = Block(cfg).to(device, tdt).eval()
     x = torch.randn(batch, seq, n_embd, device=device, dtype=tdt)

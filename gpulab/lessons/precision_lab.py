@@ -19,9 +19,10 @@ from ..device import DeviceInfo, as_torch_device, lookup_peaks
 from ..flops import attention_flops
 from ..timing import quantiles
 from ..workloads import GPTConfig
+from ..dtypes import torch_dtype
 
 OPTIMIZER_VARIANTS = ("for-loop", "foreach", "fused")
-_ATTN_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_ATTN_DTYPES = {k: torch_dtype(k) for k in ("fp32", "bf16", "fp16")}
 
 
 def _check_positive_ints(**kw: Any) -> None:

@@ -11,9 +11,10 @@ import torch
 
 from ..flops import transformer_flops_per_token
 from ..workloads import GPTConfig, pad_vocab_size
+from ..dtypes import torch_dtype
 
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-PARAM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+AUTOCAST_DTYPES = {k: torch_dtype(k) for k in ("bf16", "fp16")}  # the choices for TrainConfig.autocast
+PARAM_DTYPES = {k: torch_dtype(k) for k in ("fp32", "bf16")}  # ... and for TrainConfig.param_dtype
 _STREAM_LENGTH = 10**12  # the data stream is effectively endless: windows at seeded offsets, never an epoch end
 
 

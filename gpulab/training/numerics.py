@@ -12,6 +12,7 @@ import torch
 
 from ..device import as_torch_device, check_dtype, float32_matmul_precision
 from ..workloads import GPTConfig, TokenDataset
+from ..dtypes import torch_dtype
 from .config import TrainConfig
 from .trainer import build_model
 
@@ -46,7 +47,7 @@ def format_info(name: str) -> FormatInfo:
     if key == "tf32":
         f32 = torch.finfo(torch.float32)
         return FormatInfo("tf32", 8, 10, (2 - 2**-10) * 2.0**127, f32.smallest_normal, 2.0**-126 * 2**-10, 2**-10)
-    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[key]
+    dt = torch_dtype(key, allowed=("fp32", "bf16", "fp16"))
     fi = torch.finfo(dt)
     mant = round(-math.log2(fi.eps))
     exp = fi.bits - 1 - mant
@@ -69,7 +70,7 @@ def effective_mantissa_bits(mode: str, device: Any = None, n: int | None = None)
     n = n or (1024 if dev.type == "cuda" else 256)
     ks = torch.arange(n, dtype=torch.float64) % 30 + 1
     x = (1 + 2.0 ** -ks).view(n, 1).expand(n, n).contiguous().to(dev)
-    dt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[key]
+    dt = torch_dtype(key, allowed=("fp32", "tf32", "bf16", "fp16"))
     eye = torch.eye(n, device=dev, dtype=dt)
     with float32_matmul_precision("high" if key == "tf32" else "highest"):
         y = (x.to(dt) @ eye).double().cpu()

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..batchsize import is_oom
+from ..memory import is_oom
 from ..claims import Estimate
 from ..device import DeviceInfo, get_device, synchronize
 from ..timing import benchmark
