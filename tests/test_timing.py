@@ -74,7 +74,7 @@ def test_within_noise_needs_overlapping_spreads():
 def test_speedup_interval_from_paired_rounds():
     b = Measurement("b", [1.0] * 5, meta={"round_medians": [1.0, 1.1, 0.9, 1.0]})
     a = Measurement("a", [0.5] * 5, meta={"round_medians": [0.5, 0.5, 0.5, 0.5]})
-    s = compare(b, a)
+    s = speedup(b, a)
     assert s.estimate().interval == pytest.approx((1.8, 2.2))
 
 
@@ -128,7 +128,7 @@ def test_benchmark_rejects_non_callable_and_empty_measurement():
     with pytest.raises(ValueError, match="times_s"):
         Measurement("x", [])
     with pytest.raises(ValueError, match="before and after"):
-        compare(1.0, 2.0)
+        speedup(1.0, 2.0)
 
 
 def test_benchmark_runs_a_real_function_on_cpu():

@@ -279,3 +279,20 @@ def test_output_costs_do_not_widen_the_window(cpu_device):
             clock.t += 2e-3
             t.step()
     assert t.every == 1 and len(t.records) == 50
+
+
+def test_tracker_overhead_times_blocks_with_events_when_given(cpu_device):
+    """With an event factory, each block's time is read from its two events (the GPU's timeline on CUDA)."""
+    from gpulab.lessons import profile_lab as pl
+    clock = FakeClock()
+
+    def step():
+        clock.t += 0.01
+
+    o = pl.tracker_overhead(step, loop="fake", block_steps=2, blocks=8, round_steps=2, rounds=2,
+                            flops_per_step=1e9, peak_tflops=100.0, clock=clock, sync=lambda: None,
+                            events=lambda: tk.HostEvent(clock),
+                            make_tracker=lambda: gl.track(flops_per_step=1e9, peak_tflops=100.0, device=cpu_device,
+                                                          clock=clock, printer=lambda s: None))
+    assert o.block_timer == "events" and o.blocks["off"] == pytest.approx([0.01] * 4)
+    assert len(o.host_blocks["off"]) == 4 and o.overhead("gpulab tracker").value == pytest.approx(0.0, abs=1e-9)

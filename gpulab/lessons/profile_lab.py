@@ -186,6 +186,8 @@ class OverheadResult:
     rounds: dict[str, list[float]]  # seconds per step: "off" and "guide §8.4 tracker", synced rounds
     guide_mfu: list[float] = dataclasses.field(default_factory=list)
     tracker_mfu: list[float] = dataclasses.field(default_factory=list)
+    block_timer: str = "host clock"  # what timed the blocks: "events" (CUDA events on a GPU)
+    host_blocks: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # the host clock's view
 
     @property
     def step_s(self) -> float:
@@ -213,7 +215,8 @@ def _abba(n: int) -> list[bool]:
 def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, blocks: int, round_steps: int,
                      rounds: int, flops_per_step: float | None, peak_tflops: float | None,
                      make_tracker: Callable[[], Any], clock: Callable[[], float] = time.perf_counter,
-                     sync: Callable[[], None] = synchronize) -> OverheadResult:
+                     sync: Callable[[], None] = synchronize,
+                     events: Callable[[], Any] | None | str = "auto") -> OverheadResult:
     """Time `step` with and without each tracker, interleaved, in one run.
 
     gpulab's tracker never waits for the GPU, so it runs in `blocks` blocks of `block_steps` steps in ABBA
@@ -223,7 +226,14 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
     The guide's tracker synchronizes twice per step, which empties the queue and would spill work across
     block edges, so it runs in `rounds` synced rounds of `round_steps` steps, alternating with rounds without
     a tracker. `make_tracker()` returns a fresh gpulab tracker (not started).
+
+    On a GPU each block is timed by two CUDA events around it (`events`, "auto": CUDA events when CUDA is
+    available): the block's time on the GPU's own timeline, idle gaps included, so a tracker that starved the
+    GPU would show, while the host's jitter (blocking on a full launch queue) does not. The host-clock block
+    times are kept beside them (`host_blocks`).
     """
+    if events == "auto":
+        events = (lambda: torch.cuda.Event(enable_timing=True)) if torch.cuda.is_available() else None
     for name, v in (("block_steps", block_steps), ("blocks", blocks), ("round_steps", round_steps),
                     ("rounds", rounds)):
         if not isinstance(v, int) or v < 1:
@@ -240,9 +250,12 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
         for _ in range(block_steps * 2):  # reach the steady state before the first timed block
             step()
         tr = make_tracker().start()
-        on_times, off_times = [], []
+        on_times, off_times, marks = [], [], []
         for on in _abba(blocks):
             t0 = clock()
+            if events is not None:
+                marks.append((on, events(), events()))
+                marks[-1][1].record()
             if on:
                 for _ in range(block_steps):
                     step()
@@ -250,9 +263,18 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
             else:
                 for _ in range(block_steps):
                     step()
+            if events is not None:
+                marks[-1][2].record()
             (on_times if on else off_times).append((clock() - t0) / block_steps)
         sync()
         tr.stop()
+        out.host_blocks = {"gpulab tracker": on_times, "off": off_times}
+        if events is not None:  # each block's time on the GPU's own timeline, idle gaps included
+            gpu = {True: [], False: []}
+            for on, start, end in marks:
+                gpu[on].append(start.elapsed_time(end) / 1e3 / block_steps)
+            on_times, off_times = gpu[True], gpu[False]
+            out.block_timer = "events"
         out.blocks["gpulab tracker"], out.blocks["off"] = on_times, off_times
         clean = make_tracker().start()  # the MFU it reports: a run where every step is tracked
         for _ in range(8 * block_steps):  # the loop is warm: every window counts
