@@ -12,7 +12,6 @@ throughput is items over its median time.
 from __future__ import annotations
 
 import copy
-import gc
 import html
 import statistics
 import time

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from .peaks import MeasuredPeaks
 
 from .dtypes import DTYPES, check_dtype  # noqa: F401 (one source; these names stay importable here)
-from .dtypes import TORCH_DTYPES as _TORCH_DTYPES  # noqa: F401
 
 
 def usable_cores() -> int:

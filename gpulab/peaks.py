@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from .checks import positive_int
-from .device import _TORCH_DTYPES, DTYPES, DeviceInfo, check_dtype, float32_matmul_precision, get_device
+from .device import DTYPES, DeviceInfo, check_dtype, float32_matmul_precision, get_device
+from .dtypes import torch_dtype
 
 
 @dataclass
@@ -77,8 +78,8 @@ def _matmul_fn(n: int, dtype: str, device: torch.device):
         if fn is None:
             raise ValueError("dtype='fp8' needs torch._scaled_mm on a CUDA GPU with FP8 tensor cores (sm_89+)")
         return fn
-    a = torch.randn(n, n, device=device, dtype=_TORCH_DTYPES[dtype])
-    b = torch.randn(n, n, device=device, dtype=_TORCH_DTYPES[dtype])
+    a = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
+    b = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
     return lambda: a @ b
 
 

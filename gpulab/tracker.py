@@ -169,18 +169,24 @@ class StepTracker:
             self._items_acc = None if it is None else self._items_acc + it
         if self._since < self.every:
             return  # between events: a counter, nothing else
-        t0 = self.clock()
-        ev = self._record()
-        k, host_ms = self._since, (t0 - self._prev_host) * 1e3
-        self._pending.append((self._n, k, self._prev_event, ev, host_ms, self._items_acc))
-        self._prev_event, self._prev_host = ev, t0
-        self._since, self._items_acc = 0, 0.0
+        k = self._since
+        t0, host_ms = self._close_window()
         first = len(self._raw)
         self._read(block=False)
         if self._adapt:  # the cost of recording and reading; outputs (plot, CSV) are the reader's choice
             self._adjust(self.clock() - t0, host_ms / 1e3 / k)
-        if self._outputs and len(self._raw) > first:
-            self._emit(self._build(first))
+        self._emit_from(first)
+
+    def _close_window(self) -> tuple[float, float]:
+        """Record the event that ends the current window and queue the window for reading; returns the host
+        clock at the event and the window's host milliseconds."""
+        t0 = self.clock()
+        ev = self._record()
+        host_ms = (t0 - self._prev_host) * 1e3
+        self._pending.append((self._n, self._since, self._prev_event, ev, host_ms, self._items_acc))
+        self._prev_event, self._prev_host = ev, t0
+        self._since, self._items_acc = 0, 0.0
+        return t0, host_ms
 
     def _adjust(self, cost_s: float, step_s: float) -> None:
         """Pick the next window so that this tracker's own time stays under COST_BUDGET of a step."""
@@ -192,12 +198,8 @@ class StepTracker:
         """Wait once for the last step's event, read every pending step, close the outputs."""
         if not self._started:
             raise RuntimeError("stop() called before start()")
-        if self._since:  # close the last, partial window
-            t0 = self.clock()
-            ev = self._record()
-            self._pending.append((self._n, self._since, self._prev_event, ev, (t0 - self._prev_host) * 1e3,
-                                  self._items_acc))
-            self._prev_event, self._since = ev, 0
+        if self._since:  # the last, partial window
+            self._close_window()
         self._drain(block=True)
         self._flush_outputs(force=True)
         if self._own_monitor:
@@ -230,6 +232,10 @@ class StepTracker:
         """
         first = len(self._raw)
         self._read(block)
+        self._emit_from(first)
+
+    def _emit_from(self, first: int) -> None:
+        """Send the steps read since raw index `first` to the outputs that are on."""
         if self._outputs and len(self._raw) > first:
             self._emit(self._build(first))
 

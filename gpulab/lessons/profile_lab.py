@@ -249,33 +249,10 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
     try:
         for _ in range(block_steps * 2):  # reach the steady state before the first timed block
             step()
-        tr = make_tracker().start()
-        on_times, off_times, marks = [], [], []
-        for on in _abba(blocks):
-            t0 = clock()
-            if events is not None:
-                marks.append((on, events(), events()))
-                marks[-1][1].record()
-            if on:
-                for _ in range(block_steps):
-                    step()
-                    tr.step()
-            else:
-                for _ in range(block_steps):
-                    step()
-            if events is not None:
-                marks[-1][2].record()
-            (on_times if on else off_times).append((clock() - t0) / block_steps)
-        sync()
-        tr.stop()
-        out.host_blocks = {"gpulab tracker": on_times, "off": off_times}
-        if events is not None:  # each block's time on the GPU's own timeline, idle gaps included
-            gpu = {True: [], False: []}
-            for on, start, end in marks:
-                gpu[on].append(start.elapsed_time(end) / 1e3 / block_steps)
-            on_times, off_times = gpu[True], gpu[False]
+        timed, out.host_blocks = _tracker_blocks(step, make_tracker, block_steps, blocks, clock, sync, events)
+        if events is not None:
             out.block_timer = "events"
-        out.blocks["gpulab tracker"], out.blocks["off"] = on_times, off_times
+        out.blocks = timed
         clean = make_tracker().start()  # the MFU it reports: a run where every step is tracked
         for _ in range(8 * block_steps):  # the loop is warm: every window counts
             step()
@@ -284,26 +261,70 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
         mfu = clean.summary().get("mfu_window")
         if mfu is not None:
             out.tracker_mfu.append(mfu)
-        for guided in _abba(2 * rounds):
-            sync()
-            t0 = clock()
-            if guided:
-                gt = GuideTracker(flops_per_step or 1.0, peak or 1.0)
-                for _ in range(round_steps):
-                    gt.start_step()
-                    step()
-                    m = gt.end_step()
-            else:
-                for _ in range(round_steps):
-                    step()
-            sync()
-            out.rounds["guide §8.4 tracker" if guided else "off"].append((clock() - t0) / round_steps)
-            if guided and peak:
-                out.guide_mfu.append(m["mfu_percent"] / 100)
+        out.rounds, out.guide_mfu = _guide_rounds(step, round_steps, rounds, flops_per_step, peak, clock, sync)
     finally:
         if was_enabled:
             gc.enable()
     return out
+
+
+def _tracker_blocks(step: Callable[[], Any], make_tracker: Callable[[], Any], block_steps: int, blocks: int,
+                    clock: Callable[[], float], sync: Callable[[], None], events: Callable[[], Any] | None
+                    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Seconds per step of ABBA blocks with gpulab's tracker on and off, one tracker running throughout:
+    (times by `events` around each block, or by the host clock without them; times by the host clock)."""
+    tr = make_tracker().start()
+    host: dict[bool, list[float]] = {True: [], False: []}
+    marks = []
+    for on in _abba(blocks):
+        t0 = clock()
+        if events is not None:
+            marks.append((on, events(), events()))
+            marks[-1][1].record()
+        for _ in range(block_steps):
+            step()
+            if on:
+                tr.step()
+        if events is not None:
+            marks[-1][2].record()
+        host[on].append((clock() - t0) / block_steps)
+    sync()
+    tr.stop()
+    timed = host
+    if events is not None:  # each block's time on the GPU's own timeline, idle gaps included
+        timed = {True: [], False: []}
+        for on, start, end in marks:
+            timed[on].append(start.elapsed_time(end) / 1e3 / block_steps)
+
+    def named(d: dict[bool, list[float]]) -> dict[str, list[float]]:
+        return {"gpulab tracker": d[True], "off": d[False]}
+    return named(timed), named(host)
+
+
+def _guide_rounds(step: Callable[[], Any], round_steps: int, rounds: int, flops_per_step: float | None,
+                  peak: float, clock: Callable[[], float], sync: Callable[[], None]
+                  ) -> tuple[dict[str, list[float]], list[float]]:
+    """Seconds per step of synced rounds with the guide's tracker and without, alternating; and the MFU the
+    guide's tracker reports at the end of each of its rounds."""
+    times: dict[str, list[float]] = {"off": [], "guide §8.4 tracker": []}
+    mfus = []
+    for guided in _abba(2 * rounds):
+        sync()
+        t0 = clock()
+        if guided:
+            gt = GuideTracker(flops_per_step or 1.0, peak or 1.0)
+            for _ in range(round_steps):
+                gt.start_step()
+                step()
+                m = gt.end_step()
+        else:
+            for _ in range(round_steps):
+                step()
+        sync()
+        times["guide §8.4 tracker" if guided else "off"].append((clock() - t0) / round_steps)
+        if guided and peak:
+            mfus.append(m["mfu_percent"] / 100)
+    return times, mfus
 
 
 # -- the tools on the case study's final loop ------------------------------------------------------------

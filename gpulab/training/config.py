@@ -7,11 +7,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 
+from ..dtypes import torch_dtype
 from ..flops import transformer_flops_per_token
 from ..workloads import GPTConfig, pad_vocab_size
-from ..dtypes import torch_dtype
 
 AUTOCAST_DTYPES = {k: torch_dtype(k) for k in ("bf16", "fp16")}  # the choices for TrainConfig.autocast
 PARAM_DTYPES = {k: torch_dtype(k) for k in ("fp32", "bf16")}  # ... and for TrainConfig.param_dtype
