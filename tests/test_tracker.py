@@ -296,3 +296,35 @@ def test_tracker_overhead_times_blocks_with_events_when_given(cpu_device):
                                                           clock=clock, printer=lambda s: None))
     assert o.block_timer == "events" and o.blocks["off"] == pytest.approx([0.01] * 4)
     assert len(o.host_blocks["off"]) == 4 and o.overhead("gpulab tracker").value == pytest.approx(0.0, abs=1e-9)
+
+
+def test_tracker_overhead_measures_the_trackers_own_host_time(cpu_device):
+    """Each on block records the host time inside tracker.step(): a tracker that costs 0.1 ms per call on a
+    10 ms step reads 1% own cost, and the off blocks carry none of it."""
+    from gpulab.lessons import profile_lab as pl
+    clock = FakeClock()
+
+    def step():
+        clock.t += 0.01
+
+    class CostlyTracker:
+        def start(self):
+            return self
+
+        def step(self):
+            clock.t += 1e-4
+
+        def stop(self):
+            pass
+
+        def summary(self):
+            return {}
+
+    o = pl.tracker_overhead(step, loop="fake", block_steps=3, blocks=8, round_steps=2, rounds=2,
+                            flops_per_step=1e9, peak_tflops=100.0, clock=clock, sync=lambda: None, events=None,
+                            make_tracker=CostlyTracker)
+    assert o.own_s == pytest.approx([1e-4] * 4)
+    own = o.own_cost()
+    assert own.value == pytest.approx(1.0) and own.interval == pytest.approx((1.0, 1.0))
+    assert o.overhead("gpulab tracker").value == pytest.approx(1.0)  # host-paced: the A/B sees the same cost
+    assert "own_cost_pct" in o.to_dict()

@@ -188,6 +188,7 @@ class OverheadResult:
     tracker_mfu: list[float] = dataclasses.field(default_factory=list)
     block_timer: str = "host clock"  # what timed the blocks: "events" (CUDA events on a GPU)
     host_blocks: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # the host clock's view
+    own_s: list[float] = dataclasses.field(default_factory=list)  # per on block: host seconds inside tracker.step()
 
     @property
     def step_s(self) -> float:
@@ -202,9 +203,25 @@ class OverheadResult:
             return paired_overhead(self.rounds[mode], self.rounds["off"])
         raise ValueError(f"mode={mode!r}; allowed: {', '.join(TRACKER_MODES[1:])}")
 
+    def own_cost(self, z: float = 1.96) -> Estimate:
+        """The host time gpulab's tracker spends inside `step()`, per step, in percent of an untracked step.
+
+        On a loop the host paces (launch-bound) every microsecond the host spends in the tracker is a
+        microsecond added to the step, so this *is* the overhead there, measured call by call in the same
+        interleaved run; on a GPU-bound loop the launch queue hides it. The interval is the 95% confidence
+        interval of the mean over the tracked blocks.
+        """
+        if len(self.own_s) < 2:
+            raise ValueError("own_s needs the tracker's time in at least 2 blocks")
+        base = statistics.fmean(self.host_blocks.get("off") or self.blocks["off"])
+        mean = statistics.fmean(self.own_s)
+        half = z * statistics.stdev(self.own_s) / math.sqrt(len(self.own_s))
+        return Estimate(mean / base * 100, (mean - half) / base * 100, (mean + half) / base * 100)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {
-            "overhead_pct": {m: list(self.overhead(m).interval) + [self.overhead(m).value] for m in TRACKER_MODES[1:]}}
+            "overhead_pct": {m: list(self.overhead(m).interval) + [self.overhead(m).value] for m in TRACKER_MODES[1:]}} | (
+            {"own_cost_pct": list(self.own_cost().interval) + [self.own_cost().value]} if len(self.own_s) > 1 else {})
 
 
 def _abba(n: int) -> list[bool]:
@@ -249,7 +266,8 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
     try:
         for _ in range(block_steps * 2):  # reach the steady state before the first timed block
             step()
-        timed, out.host_blocks = _tracker_blocks(step, make_tracker, block_steps, blocks, clock, sync, events)
+        timed, out.host_blocks, out.own_s = _tracker_blocks(step, make_tracker, block_steps, blocks, clock, sync,
+                                                             events)
         if events is not None:
             out.block_timer = "events"
         out.blocks = timed
@@ -270,24 +288,31 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
 
 def _tracker_blocks(step: Callable[[], Any], make_tracker: Callable[[], Any], block_steps: int, blocks: int,
                     clock: Callable[[], float], sync: Callable[[], None], events: Callable[[], Any] | None
-                    ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+                    ) -> tuple[dict[str, list[float]], dict[str, list[float]], list[float]]:
     """Seconds per step of ABBA blocks with gpulab's tracker on and off, one tracker running throughout:
-    (times by `events` around each block, or by the host clock without them; times by the host clock)."""
+    (times by `events` around each block, or by the host clock without them; times by the host clock;
+    per on block, the host seconds per step spent inside `tracker.step()`)."""
     tr = make_tracker().start()
     host: dict[bool, list[float]] = {True: [], False: []}
+    own: list[float] = []
     marks = []
     for on in _abba(blocks):
         t0 = clock()
         if events is not None:
             marks.append((on, events(), events()))
             marks[-1][1].record()
+        inside = 0.0
         for _ in range(block_steps):
             step()
             if on:
+                c0 = clock()
                 tr.step()
+                inside += clock() - c0
         if events is not None:
             marks[-1][2].record()
         host[on].append((clock() - t0) / block_steps)
+        if on:
+            own.append(inside / block_steps)
     sync()
     tr.stop()
     timed = host
@@ -298,7 +323,7 @@ def _tracker_blocks(step: Callable[[], Any], make_tracker: Callable[[], Any], bl
 
     def named(d: dict[bool, list[float]]) -> dict[str, list[float]]:
         return {"gpulab tracker": d[True], "off": d[False]}
-    return named(timed), named(host)
+    return named(timed), named(host), own
 
 
 def _guide_rounds(step: Callable[[], Any], round_steps: int, rounds: int, flops_per_step: float | None,
