@@ -7,6 +7,8 @@
     cmp = gl.before_after(slow, fast, name="bf16", flops=f, dtype="bf16")
     with gl.track(flops_per_step=f, dtype="bf16") as t: ... t.step()   # MFU per step, no sync
 """
+from typing import Any
+
 from . import _compat, flops
 from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
 from .peaks import MeasuredPeaks, measure_peaks
@@ -18,7 +20,8 @@ from .monitor import Monitor, Trace, watch
 from .profiling import find_syncs, nvtx_range, profile
 from .results import NotebookResult, load_reference, load_result, reference_view
 from .timing import Measurement, benchmark, compare, speedup
-from .tracker import StepTracker, track
+from .tracker import StepTracker
+from .tracker import track as _track
 from .traces import step_memory, time_breakdown
 
 __all__ = [
@@ -38,6 +41,14 @@ __version__ = "0.1.0"
 _compat.install()  # old module paths (gpulab.matmul_lab, gpulab.plots, ...) keep working for one release
 
 
+def track(**kwargs: Any) -> StepTracker:
+    """A `StepTracker` for your loop (see its arguments); `plot=True` draws gpulab's live figure in Jupyter."""
+    if kwargs.get("plot") is True:  # the display layer loads only when a figure is asked for
+        from .display.plots import tracker_figure
+        kwargs["plot"] = tracker_figure
+    return _track(**kwargs)
+
+
 def __getattr__(name: str):
     """Display modules and the course's parameter schemas load on first use: `import gpulab` stays light."""
     import importlib
@@ -46,6 +57,6 @@ def __getattr__(name: str):
         return importlib.import_module(f".display.{name}", __name__)
     if name in ("lessons", "app", "display"):  # subpackages, as attributes
         return importlib.import_module(f".{name}", __name__)
-    if name == "check_params":  # the notebooks' parameter schemas belong to the course, not the core
-        return importlib.import_module(".app.params", __name__).check_params
+    if name == "check_params":  # the notebooks' parameter schemas load on first use
+        return importlib.import_module(".params", __name__).check_params
     raise AttributeError(f"module 'gpulab' has no attribute {name!r}")

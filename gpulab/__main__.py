@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     from .app.course import run_course
-    from .app.params import boolean, parse_value
+    from .params import boolean, parse_value
 
     params = {name: parse_value(value) for name, value in (args.param or [])}
     smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())

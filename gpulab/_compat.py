@@ -21,7 +21,6 @@ MOVED = {
     "gpulab.measuring_lesson": "gpulab.lessons.measuring_lesson",
     "gpulab.multigpu_lab": "gpulab.lessons.multigpu_lab",
     "gpulab.multigpu_report": "gpulab.lessons.multigpu_report",
-    "gpulab.params": "gpulab.app.params",
     "gpulab.plots": "gpulab.display.plots",
     "gpulab.precision_lab": "gpulab.lessons.precision_lab",
     "gpulab.profile_lab": "gpulab.lessons.profile_lab",

@@ -69,7 +69,7 @@ need("bf16")(_dtype_need("bf16", "BF16"))
 
 @need("compiler")
 def _compiler(lesson: Lesson) -> str | None:
-    from .lessons.compile_lab import compiler_available
+    from .compiler import compiler_available
     ok, why = compiler_available(lesson.device.torch_device)
     return None if ok else f"needs a compiler for torch.compile: {why}"
 
@@ -218,7 +218,7 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any], smoke:
     that is None there is set to the smoke or full default and written back, so later cells use it by name.
     `smoke` overrides `full` at smoke sizes (keys missing from it keep the full value).
     """
-    from .app.params import SCHEMAS, check_params
+    from .params import SCHEMAS, check_params
 
     if not isinstance(namespace, dict):
         raise ValueError("namespace must be the notebook's globals()")

@@ -89,7 +89,8 @@ class StepTracker:
         log_every: print one line every N measured steps (0: never).
         csv_path: append one row per measured step to this CSV file.
         tensorboard: a log directory or a SummaryWriter; scalars under "tracker/".
-        plot: draw one figure in Jupyter, updated in place every `plot_every_s` seconds.
+        plot: draw one figure in Jupyter, updated in place every `plot_every_s` seconds: a function
+            tracker -> matplotlib Figure, or True for gpulab's own (`gl.track` supplies it; the core draws nothing).
         monitor: a running `gl.Monitor` (or True to start one) whose latest NVML/GPM readings go with each step.
         every: record one event every N steps (None: adapt N so the tracker's own cost stays under 0.2% of a
             step; 1: one event per step).
@@ -99,7 +100,7 @@ class StepTracker:
     def __init__(self, *, flops_per_step: float | None = None, items_per_step: float | None = None,
                  item_name: str = "tokens", dtype: str | None = None, peak_tflops: float | None = None,
                  peak_name: str = "", log_every: int = 0, csv_path: str | Path | None = None,
-                 tensorboard: Any = None, plot: bool = False, plot_every_s: float = 1.0, monitor: Any = None,
+                 tensorboard: Any = None, plot: bool | Callable[[Any], Any] = False, plot_every_s: float = 1.0, monitor: Any = None,
                  every: int | None = None, device: Any = None, event_factory: Callable[[], Any] | None = None,
                  clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print):
         for name, v in (("flops_per_step", flops_per_step), ("items_per_step", items_per_step),
@@ -108,6 +109,9 @@ class StepTracker:
                 raise ValueError(f"{name}={v!r} must be a positive number or None")
         if not isinstance(log_every, int) or log_every < 0:
             raise ValueError(f"log_every={log_every!r} must be an integer >= 0")
+        if plot is True:
+            raise ValueError("plot=True: use gl.track (it supplies gpulab's figure), or pass plot=<function tracker -> "
+                             "Figure>, e.g. gpulab.display.plots.tracker_figure")
         if plot_every_s <= 0:
             raise ValueError(f"plot_every_s={plot_every_s} must be > 0")
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or not 1 <= every <= 10_000):
@@ -326,9 +330,7 @@ class StepTracker:
         if not force and now - self._last_plot < self.plot_every_s:
             return
         self._last_plot = now
-        from .display import plots
-
-        fig = plots.tracker_figure(self)
+        fig = self.plot(self)
         try:
             from IPython.display import display
 

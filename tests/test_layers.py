@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "gpulab"
-CORE = ["checks", "claims", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
+CORE = ["checks", "claims", "compiler", "params", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
         "lesson", "tracker", "traces"]
 TOOLS = ["dataloading", "batchsize", "fused_loss", "workloads", "training", "distributed"]
 OTHER = {"_rank", "_compat", "__main__"}  # a rank's entry point, old module paths, the CLI entry
@@ -49,3 +49,22 @@ def test_old_module_paths_still_import_with_a_warning():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=PKG.parent).stdout
     assert "warned gpulab.matmul_lab moved to gpulab.lessons.matmul_lab" in out and out.strip().endswith("True")
+
+
+@pytest.mark.parametrize("module", CORE + TOOLS)
+def test_core_and_tools_do_not_import_upper_layers_even_lazily(module):
+    """An import inside a function still ties the core to a lesson or the app: none anywhere in the source."""
+    import ast
+    path = PKG / f"{module}.py" if (PKG / f"{module}.py").exists() else PKG / module
+    files = [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+    bad = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                name = "." * node.level + (node.module or "")
+                if any(part in ("lessons", "app", "display") for part in name.lstrip(".").split(".")[:1]) or \
+                        (node.module or "").startswith(UPPER):
+                    bad.append(f"{f.name}:{node.lineno} from {name}")
+            elif isinstance(node, ast.Import):
+                bad += [f"{f.name}:{node.lineno} import {a.name}" for a in node.names if a.name.startswith(UPPER)]
+    assert not bad, f"gpulab.{module} imports upper layers: {bad}"

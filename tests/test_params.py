@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import gpulab as gl
-from gpulab.app.params import SCHEMAS, check_params, parse_value
+from gpulab.params import SCHEMAS, check_params, parse_value
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 

@@ -1,0 +1,192 @@
+"""Each notebook's parameters, their types and ranges: checked by the runner before papermill starts, and by
+the notebook itself (`gl.check_params(globals(), "02_tensor_cores")` right after its parameters cell), so a
+papermill user, a `gpulab run -p` user and a Jupyter user get the same clear error.
+
+Papermill's own `-p` turns "false" into the string "false" (truthy) and only logs a name the notebook does
+not have; here both are errors that name the parameter and what it accepts.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from . import checks
+
+
+@dataclass(frozen=True)
+class Param:
+    """One notebook parameter: a checker and a short description of what it accepts."""
+
+    check: Callable[[str, Any], Any]
+    accepts: str
+
+    def __call__(self, name: str, value: Any) -> Any:
+        return self.check(name, value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        hint = f" (Python spells it {value.capitalize()})" if str(value).lower() in ("true", "false") else ""
+        raise ValueError(f"{name}={value!r} must be True or False{hint}")
+    return value
+
+
+def boolean() -> Param:
+    return Param(_bool, "True or False")
+
+
+def integer(minimum: int = 1, *, optional: bool = False) -> Param:
+    return Param(lambda n, v: checks.positive_int(n, v, minimum=minimum, allow_none=optional),
+                 f"an int >= {minimum}" + (" or None" if optional else ""))
+
+
+def number(*, optional: bool = False) -> Param:
+    return Param(lambda n, v: checks.positive_float(n, v, allow_none=optional),
+                 "a number > 0" + (" or None" if optional else ""))
+
+
+def one_of(*allowed: Any) -> Param:
+    return Param(lambda n, v: checks.choice(n, v, allowed), "one of " + ", ".join(map(repr, allowed)))
+
+
+def list_of(item: Param, *, optional: bool = False) -> Param:
+    return Param(lambda n, v: checks.sequence_of(n, v, item, allow_none=optional),
+                 f"a list of {item.accepts}" + (" or None" if optional else ""))
+
+
+GPT_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "block_size")
+
+
+def _gpt_dict(name: str, value: Any) -> dict:
+    if not isinstance(value, dict) or set(value) != set(GPT_KEYS):
+        raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(GPT_KEYS)}")
+    for k in GPT_KEYS:
+        checks.positive_int(f"{name}[{k!r}]", value[k])
+    return value
+
+
+def _bursts(name: str, value: Any) -> list | None:
+    if value is None:
+        return None
+    return checks.sequence_of(name, value, lambda n, pair: _pair(n, pair))
+
+
+def _pair(name: str, pair: Any) -> tuple:
+    if isinstance(pair, (str, bytes)) or not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        raise ValueError(f"{name}={pair!r} must be a pair (burst ms, idle gap ms)")
+    return tuple(checks.positive_float(f"{name}[{i}]", v) for i, v in enumerate(pair))
+
+
+def bursts() -> Param:
+    return Param(_bursts, "a list of (burst ms, idle gap ms) pairs or None")
+
+
+def optional_bool() -> Param:
+    return Param(lambda n, v: v if v is None else _bool(n, v), "True, False or None")
+
+
+def _small_mlp(name: str, value: Any) -> dict:
+    keys = ("D", "DEPTH", "BATCH")
+    if not isinstance(value, dict) or set(value) != set(keys):
+        raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(keys)}")
+    for k in keys:
+        checks.positive_int(f"{name}[{k!r}]", value[k])
+    return value
+
+
+def gpt_dict() -> Param:
+    return Param(_gpt_dict, "a dict of ints: " + ", ".join(GPT_KEYS))
+
+
+MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_int, _opt_int, _sec, _opt_sec = integer(), integer(optional=True), number(), number(optional=True)
+
+SCHEMAS: dict[str, dict[str, Param]] = {
+    "01_measuring": dict(SMOKE=boolean(), BIG_N=_opt_int, TINY_SIZE=_opt_int, TIMING_N=_opt_int,
+                         GPT_LAYERS=_opt_int, GPT_WIDTH=_opt_int, GPT_HEADS=_opt_int, GPT_SEQ=_opt_int,
+                         GPT_BATCH=_opt_int, MIN_TIME_S=_opt_sec, OPT_BATCH=_opt_int, OPT_GRAD_ACCUM=_opt_int,
+                         OPT_WORKERS=integer(0, optional=True), OPT_COMPILE=optional_bool(), OPT_SECONDS=_opt_sec,
+                         BURSTS=bursts(), BURST_SECONDS=_opt_sec),
+    "02_tensor_cores": dict(SMOKE=boolean(), SIZES=list_of(_int, optional=True),
+                            DTYPES=list_of(one_of(*MATMUL_DTYPES), optional=True), SWEEP_MIN_TIME_S=_opt_sec,
+                            MIN_TIME_S=_opt_sec, BIG_N=_opt_int, SIZE_BIG=_opt_int, SIZE_SMALL=_opt_int,
+                            ALIGN_N=integer(2, optional=True), ALIGN_BATCH=_opt_int, ALIGN_SEQ=_opt_int,
+                            ALIGN_HIDDEN=_opt_int, ALIGN_HEADS=_opt_int),
+    "03_fusion": dict(SMOKE=boolean(), ELEMENTWISE_NUMEL=_int, MODEL=gpt_dict(), TRAIN_BATCH=_int,
+                      INFER_BATCH=_int, INFER_SEQ=_int, SWEEP_MODES=list_of(one_of(*COMPILE_MODES)),
+                      MODE_TIMEOUT_S=_sec, MAX_AUTOTUNE_TIMEOUT_S=_sec, TIME_BUDGET_S=_sec, MIN_TIME_S=_opt_sec,
+                      TRAIN_MIN_TIME_S=_sec, TRAIN_ROUNDS=_int),
+    "04_sync_points": dict(SMOKE=boolean(), MODEL=gpt_dict(), BATCH=_int, STEPS_PER_CALL=_int, EVAL_BATCHES=_int,
+                           EVAL_BATCH=_int, COPY_MB=_int, OVERLAP_CHUNKS=_int, OVERLAP_CHUNK_MB=_int,
+                           MIN_TIME_S=_opt_sec, LOOP_MIN_TIME_S=_sec, LOOP_ROUNDS=_int, QUEUED_MS=number()),
+    "05_data_overlap": dict(SMOKE=boolean(), N_IMAGES=_int, IMAGE_SIZE=integer(8), BATCH_SIZE=_int, CNN_WIDTH=_int,
+                            SWEEP_BATCHES=_int, BATCHES_PER_CALL=_int,
+                            WORKERS=list_of(integer(0), optional=True), MIN_TIME_S=_opt_sec),
+    "06_batch_size": dict(SMOKE=boolean(), MODEL=one_of("gpt2_small", "smoke"), SEQ_LEN=_int, MAX_BATCH=_int,
+                          BATCH_SIZES=list_of(_int, optional=True), ACCUM_STEPS=_int, SIM_MEMORY_MB=_opt_sec,
+                          MIN_TIME_S=_opt_sec),
+    "07_mixed_precision": dict(SMOKE=boolean(), N_LAYER=_int, N_HEAD=_int, N_EMBD=_int, SEQ_LEN=_int,
+                               VOCAB_SIZE=_int, BATCH_SIZE=_int, LOSS_STEPS=_int, TIME_SECONDS=_sec,
+                               MATMUL_SIZE=_int, ROUNDS=integer(0), SMALL_GRAD_MULTIPLIER=_sec, CORPUS_BYTES=_int),
+    "08_case_study": dict(SMOKE=boolean(), N_LAYER=_int, N_HEAD=_int, N_EMBD=_int, SEQ_LEN=_int, VOCAB_SIZE=_int,
+                          NAIVE_BATCH=_int, BATCH_SIZE=_int, GRAD_ACCUM=_int, WORKERS=integer(0),
+                          STEP_SECONDS=_sec, ROUNDS=integer(0), LOSS_STEPS=_int, CORPUS_BYTES=_int, COMPILE=boolean(),
+                          CUDNN_ATTENTION=boolean(), FUSED_LOSS=boolean(), BF16_WEIGHTS=boolean(),
+                          COMPILE_MODE=one_of(*COMPILE_MODES), COMPILE_IN_SMOKE=boolean()),
+    "09_profiling": dict(SMOKE=boolean(), D=_int, DEPTH=_int, BATCH=_int, STEPS_PER_CALL=_int, PROFILE_STEPS=_int,
+                         OVERHEAD_BLOCKS=_int, BLOCK_S=_sec, OVERHEAD_ROUNDS=_int, ROUND_S=_sec,
+                         SMALL=Param(_small_mlp, "a dict of ints: D, DEPTH, BATCH"), GPU_BOUND_BATCH=_int,
+                         TRACK_STEPS=_int, CASE_STEPS=_int,
+                         MIN_TIME_S=_opt_sec),
+    "10_multi_gpu": dict(SMOKE=boolean(), NPROC=integer(1, optional=True), N_LAYER=_int, N_HEAD=_int, N_EMBD=_int,
+                         SEQ_LEN=_int, VOCAB_SIZE=_int, BATCH_SIZE=_int, GRAD_ACCUM=_int, ROUNDS=_int,
+                         STEPS_PER_ROUND=_int, WARMUP_STEPS=integer(0), MAX_MESSAGE_MB=_int, ROUND_S=_sec,
+                         SAVE_TRACES=boolean(), LAUNCH_TIMEOUT_S=_sec),
+}
+
+
+def schema_for(notebook: str | Mapping[str, Param]) -> Mapping[str, Param]:
+    """The schema of a notebook by name (its stem, e.g. "02_tensor_cores"), or a schema given as a dict."""
+    if not isinstance(notebook, str):
+        return notebook
+    if notebook not in SCHEMAS:
+        raise ValueError(f"no parameter schema for notebook {notebook!r}; known: {', '.join(SCHEMAS)}")
+    return SCHEMAS[notebook]
+
+
+def check_params(values: Mapping[str, Any], schema: str | Mapping[str, Param], *,
+                 unknown: bool = False) -> dict[str, Any]:
+    """Check the parameters found in `values` (a notebook's `globals()` or a dict) against `schema`.
+
+    Raises ValueError naming the parameter, its value and what it accepts. With `unknown=True` a name that
+    the schema does not have is an error too (for `-p NAME VALUE` on the command line, where a typo must not
+    silently run the default). Returns the checked parameters.
+    """
+    spec = schema_for(schema)
+    if unknown:
+        for name in values:
+            if name not in spec:
+                close = difflib.get_close_matches(name, list(spec), n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ValueError(f"unknown parameter {name!r}{hint}; this notebook takes: {', '.join(spec)}")
+    checked = {}
+    for name, param in spec.items():
+        if name in values:
+            param(name, values[name])
+            checked[name] = values[name]
+    return checked
+
+
+def parse_value(text: str) -> Any:
+    """A `-p NAME VALUE` value as Python reads it: 4096, 0.5, True, None, [32, 64], {"a": 1}; else the string.
+
+    "false" and "true" stay strings (Python spells them False and True) and are then refused where a bool
+    is wanted, rather than being read as a truthy string.
+    """
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
