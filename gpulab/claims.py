@@ -103,6 +103,29 @@ def difference(a: Estimate | None, b: Estimate | None) -> Estimate | None:
     return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of `values` (order statistics).
+
+    It is (x(k), x(n+1-k)) of the sorted values, with the largest k whose coverage, 1 - 2·P(Binomial(n, ½) < k),
+    is at least `confidence`. With too few values for that (n <= 5 at 95%) it is the whole range. Unlike
+    the range, it narrows as rounds are added: more rounds decide more claims, they never widen the interval.
+    """
+    xs = sorted(float(v) for v in values)
+    if not xs:
+        raise ValueError("values must not be empty")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence!r} must be between 0 and 1")
+    n, k, below = len(xs), 0, 0.0  # below: P(Binomial(n, 1/2) <= k - 1), accumulated term by term
+    while k < n // 2:
+        below_next = below + math.comb(n, k) / 2 ** n
+        if 1 - 2 * below_next < confidence:
+            break
+        k, below = k + 1, below_next
+    if k == 0:
+        return xs[0], xs[-1]
+    return xs[k - 1], xs[n - k]
+
+
 def interval_of(x: Any) -> tuple[float, float] | None:
     """(lo, hi) of a measurement, comparison, speedup or estimate; None when there is none."""
     e = estimate_of(x)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import checks
-from .claims import Claim, Estimate, as_number
+from .claims import Claim, Estimate, as_number, median_interval
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
@@ -111,16 +111,17 @@ KINDS = ("optimisation", "demonstration")
 def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
     """Speedup of two pipelines from their windows' wall time per call, paired window by window.
 
-    The interval is the spread of the per-window ratios (windows are paired in order: the first windows,
-    then each interleaved round); "within noise" when that interval contains 1.
+    The interval is a 95% confidence interval for the median of the per-window ratios (their whole range up to
+    8 windows; windows are paired in order: the first windows, then each interleaved round); "within noise"
+    when that interval contains 1.
     """
     wb = [s / n for n, s in before.measurement.windows if n > 0 and s > 0]
     wa = [s / n for n, s in after.measurement.windows if n > 0 and s > 0]
     if not wb or not wa:
         return None
     ratio = before.seconds / after.seconds
-    pairs = [b / a for b, a in zip(wb, wa)] or [ratio]
-    lo, hi = min(pairs + [ratio]), max(pairs + [ratio])
+    lo, hi = median_interval([b / a for b, a in zip(wb, wa)] or [ratio])  # 95% CI of the median pair ratio
+    lo, hi = min(lo, ratio), max(hi, ratio)
     noisy = (hi - lo) > 0.2 * ratio
     within = lo <= 1.0 <= hi
     return Speedup(before.label, after.label, ratio, within, lo, hi, noisy=noisy and not within)

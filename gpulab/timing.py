@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 
 from . import checks
-from .claims import Estimate
+from .claims import Estimate, median_interval
 
 NOISE_THRESHOLD = 0.10  # IQR over median above this is flagged as noisy, as torch.utils.benchmark does
 
@@ -96,8 +96,8 @@ class Measurement:
         if not wins:
             return None
         rate = items_per_call * sum(n for n, _ in wins) / sum(s for _, s in wins)
-        rates = [items_per_call * n / s for n, s in wins]
-        return Estimate(rate, min(rates + [rate]), max(rates + [rate]))
+        lo, hi = median_interval([items_per_call * n / s for n, s in wins])
+        return Estimate(rate, min(lo, rate), max(hi, rate))
 
     def merged(self, other: Measurement) -> Measurement:
         """A new Measurement holding both sets of timings and windows (self's label and timer)."""
@@ -239,13 +239,14 @@ class Speedup:
 
 
 def speedup_interval(before: Measurement, after: Measurement) -> tuple[float, float]:
-    """Interval of before/after: from paired timing rounds when there are at least three (their spread),
-    otherwise from both sides' quartiles (q1/q3 to q3/q1)."""
+    """Interval of before/after: from paired timing rounds when there are at least three (a 95% confidence
+    interval for the median of their ratios, the whole range up to 8 rounds), otherwise from both sides'
+    quartiles (q1/q3 to q3/q1). It always holds the overall ratio."""
     rb, ra = before.round_medians, after.round_medians
     ratio = before.median / after.median
     if len(rb) >= 3 and len(rb) == len(ra):
-        rounds = [b / a for b, a in zip(rb, ra)] + [ratio]
-        return min(rounds), max(rounds)
+        lo, hi = median_interval([b / a for b, a in zip(rb, ra)])
+        return min(lo, ratio), max(hi, ratio)
     return before.q1 / after.q3, before.q3 / after.q1
 
 

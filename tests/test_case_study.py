@@ -113,3 +113,11 @@ def test_claim_texts_are_unique():
     # NotebookResult.claim() keeps one claim per text: two claims with one text would lose one.
     claims = CS.case_study_claims(waterfall(), gpu=True, device_memory_gb=80.0)
     assert len({c.text for c in claims}) == len(claims)
+
+
+def test_a_gain_under_the_minimum_refutes_speeds_up_even_when_it_is_above_one():
+    """1.008x [1.004, 1.014]: real, but under the 2% a "speedup" needs; the same on every rerun, unlike > 1x."""
+    from gpulab.claims import Claim, Estimate
+
+    claim = Claim("step speeds the loop up", low=CS.MIN_GAIN, unit="x").check(Estimate(1.008, 1.004, 1.014))
+    assert claim.verdict == "refuted" and claim.side == "lower"

@@ -142,3 +142,29 @@ def test_no_decided_reference_claim_has_an_interval_touching_its_band():
                 continue  # older files have no interval; exact counts and definitions have zero width
             for edge in (c.get("low"), c.get("high")):
                 assert edge is None or not iv[0] <= edge <= iv[1], f"{f.name}: {c['text']} {iv} touches {edge}"
+
+
+def test_median_interval_is_the_range_for_few_values_and_order_statistics_beyond():
+    from gpulab.claims import median_interval
+
+    assert median_interval([3.0]) == (3.0, 3.0)
+    assert median_interval([5, 1, 4, 2, 3, 6, 7, 8]) == (1.0, 8.0)  # n = 8: only the range covers 95%
+    assert median_interval(list(range(1, 10))) == (2.0, 8.0)  # n = 9: x(2), x(8) covers 96.1%
+    assert median_interval(list(range(1, 13))) == (3.0, 10.0)  # n = 12: x(3), x(10) covers 96.1%
+    with pytest.raises(ValueError, match="values"):
+        median_interval([])
+    with pytest.raises(ValueError, match="confidence"):
+        median_interval([1, 2], confidence=1.5)
+
+
+def test_more_rounds_narrow_a_speedup_interval_instead_of_widening_it():
+    """One outlying round widens a range but not a confidence interval of the median of 12 rounds."""
+    from gpulab.timing import Measurement, speedup
+
+    def meas(label, rounds):
+        return Measurement(label, times_s=list(rounds), meta={"round_medians": list(rounds)})
+
+    after = [1.0] * 12
+    before = [1.20, 1.21, 1.19, 1.22, 1.18, 1.20, 1.21, 1.19, 1.20, 1.60, 0.90, 1.20]  # two wild rounds
+    s = speedup(meas("b", before), meas("a", after))
+    assert 1.15 < s.lo <= s.ratio <= s.hi < 1.25

@@ -139,6 +139,8 @@ OTHER_SYSTEMS: list[tuple[str, float | None, float | None, str, str, str, str]] 
      VLM + " (our count: 6N + 12·L·H·Q·T per token, times tokens per step)"),
 ]
 
+MIN_GAIN = 1.02  # the smallest tokens/s gain that counts as "speeds the loop up"
+
 # The guide's four changes and the waterfall field that makes each: their direction carries over.
 GUIDE_STEPS = [("Step 1, BF16 mixed precision, speeds the loop up", "guide §8.2 step 1", "autocast"),
                ("Step 2, more DataLoader workers + pinned memory, speed the loop up", "guide §8.2 step 2",
@@ -184,8 +186,10 @@ def case_study_claims(steps: list[Any], *, gpu: bool, device_memory_gb: float | 
     for text, source, field in GUIDE_STEPS:
         missing = ("torch.compile did not run here" + (f": {compile_error}" if compile_error else "")
                    if field == "compile" else f"no waterfall step changes {field}")
-        measured(text + " (tokens/s gain > 1x)", 1.0, None, "x", source + " (direction)", f"gain:{field}",
-                 "tokens/s over the timed windows, against the step before", missing)
+        # "Speeds up" means a gain worth the name: at least MIN_GAIN. A gain of a fraction of a percent is
+        # neither a speedup to adopt nor one a rerun reproduces, so it refutes the direction, honestly.
+        measured(text + f" (tokens/s gain >= {MIN_GAIN:.2f}x)", MIN_GAIN, None, "x", source + " (direction)",
+                 f"gain:{field}", "tokens/s over the timed windows, against the step before", missing)
     lo, hi = 15 / SQRT10, 25 * SQRT10
     measured(f"torch.compile's gain has the guide's order of magnitude (15-25%, within a factor √10: "
              f"{lo:.1f}-{hi:.0f}%)", lo, hi, "%", "guide §8.2 step 4 (magnitude)", "gain_pct:compile",
