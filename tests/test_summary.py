@@ -76,3 +76,20 @@ def test_refuted_claims_say_which_side():
 def test_nan_and_zero_are_refused_by_the_harness(call):
     with pytest.raises(ValueError, match="must be a finite number > 0"):
         call()
+
+
+def test_a_summary_beside_a_reference_counts_the_verdicts_that_agree():
+    from gpulab.app.summary import agreement_section
+
+    def run(*verdicts):
+        claims = [{"text": f"claim {i}", "verdict": v, "side": "lower" if v == "refuted" else None}
+                  for i, v in enumerate(verdicts)]
+        return {"01_x": {"claims": claims}}
+
+    text = agreement_section(run("confirmed", "refuted", "inconclusive", "confirmed"),
+                             run("confirmed", "confirmed", "inconclusive", "inconclusive"))
+    assert text.startswith("2 of 4 claims in both runs have the same verdict (50.0%); 1 confirmed in one")
+    rows = [line for line in text.splitlines() if line.startswith("| 01_x")]
+    assert rows[0] == "| 01_x | **claim 1** | refuted: lower than claimed | confirmed |"  # the flip comes first
+    assert rows[1] == "| 01_x | claim 3 | confirmed | inconclusive |"
+    assert agreement_section(run("confirmed"), {}) == "No claim is in both this run and the reference."

@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..claims import count_verdicts
+from ..claims import agreement, count_verdicts
 from ..results import ResultError, load_result, write_text_atomic
 
 RESULT_GLOB = "[0-9][0-9]_*.json"
@@ -90,6 +90,26 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
                 r = refs.get(c["text"], {})
                 row += f" | {_fmt(r.get('measured'), '{:.3g}')} | {_verdict(r) if r else '—'}"
             lines.append(row + " |")
+    return "\n".join(lines)
+
+
+def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> str:
+    """Markdown: how this run's verdicts agree with the reference's, claim by claim (matched by notebook and
+    text); the claims whose verdict differs, and first those confirmed in one run and refuted in the other."""
+    r = agreement({nb: d.get("claims", []) for nb, d in results.items()},
+                  {nb: d.get("claims", []) for nb, d in reference.items()})
+    if not r["claims"]:
+        return "No claim is in both this run and the reference."
+    lines = [f"{r['same']} of {r['claims']} claims in both runs have the same verdict ({100 * r['share_same']:.1f}%); "
+             f"{len(r['confirmed_vs_refuted'])} confirmed in one and refuted in the other."]
+    if r["changed"]:
+        lines += ["", "| notebook | claim | this run | reference |", "| --- | --- | --- | --- |"]
+        mine = {(nb, c["text"]): c for nb, d in results.items() for c in d.get("claims", [])}
+        theirs = {(nb, c["text"]): c for nb, d in reference.items() for c in d.get("claims", [])}
+        flips = {(nb, t) for nb, t, _, _ in r["confirmed_vs_refuted"]}
+        for nb, text, _, _ in sorted(r["changed"], key=lambda x: ((x[0], x[1]) not in flips, x[0])):
+            mark = "**" if (nb, text) in flips else ""
+            lines.append(f"| {nb} | {mark}{text}{mark} | {_verdict(mine[(nb, text)])} | {_verdict(theirs[(nb, text)])} |")
     return "\n".join(lines)
 
 
@@ -238,6 +258,8 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     if compare:
         md += [f"Reference: `{compare}`.", ""]
     md += [notebook_table(results), "", summary_tables(results, reference)]
+    if reference:
+        md += ["", "## Verdicts beside the reference", "", agreement_section(results, reference)]
     all_problems = list(problems) + found_problems + [f"reference {p}" for p in ref_problems]
     if all_problems:
         md += ["", "## Problems", ""] + [f"- {p}" for p in all_problems]
