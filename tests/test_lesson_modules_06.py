@@ -75,7 +75,8 @@ def _sweep(table=GUIDE, oom=(128,), seq_len=1024):
     rows, runs = [], {}
     for b, (sps, gb, nvml) in table.items():
         rows.append(dict(batch_size=b, oom=False, step_ms=b / sps * 1e3, samples_per_s=sps,
-                         tokens_per_s=sps * seq_len, mfu=0.1 + b / 1000, nvml_util=nvml, gpm_sm_active=None if nvml is None else nvml - 10, gpm_tensor_active=None,
+                         tokens_per_s=sps * seq_len, mfu=0.1 + b / 1000, nvml_util=nvml,
+                         gpm_sm_active=None if nvml is None else nvml - 10, gpm_tensor_active=None,
                          cpu_percent=None, peak_mem_gb=gb))
         runs[b] = _run(sps * seq_len, nvml)
     rows += [dict(batch_size=b, oom=True, step_ms=None, samples_per_s=None, tokens_per_s=None, mfu=None,

@@ -20,8 +20,8 @@ from .measuring_lesson import source
 
 __all__ = ["FULL", "SMOKE", "SMOKE_SIZES", "CLAIMS", "claims", "Sweep", "pct", "source", "use_sizes", "params",
            "setup_note", "model_note", "guide_search_step", "run_guide_search", "search_report", "sweep_table",
-           "sweep_figures", "scaling_report", "eighty_share", "eighty_record", "top_note", "eighty_report", "grad_table",
-           "grad_figure", "accum_report", "mfu_figure", "one_batch", "check_scaling", "check_batch_8_64",
+           "sweep_figures", "scaling_report", "eighty_share", "eighty_record", "top_note", "eighty_report",
+           "grad_table", "grad_figure", "accum_report", "mfu_figure", "one_batch", "check_scaling", "check_batch_8_64",
            "check_eighty", "check_gradients", "check_accumulation_cost", "record_the_rest"]
 
 # gl.lesson's sizes: None in the parameters cell takes these (MIN_TIME_S None: gpulab's default, 1 s on a GPU).
