@@ -1,0 +1,34 @@
+"""The committed reference runs keep the promises of a verdict: what they decide, they decide clear of the band."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REFERENCE = Path(__file__).resolve().parent.parent / "data" / "reference"
+H100 = REFERENCE / "nvidia-h100-80gb-hbm3"
+
+
+def claims(folder: Path) -> list[tuple[str, dict]]:
+    return [(p.stem, c) for p in sorted(folder.glob("[0-9][0-9]_*.json"))
+            for c in json.loads(p.read_text()).get("claims", [])]
+
+
+@pytest.mark.parametrize("folder", sorted(p for p in REFERENCE.iterdir() if p.is_dir()), ids=lambda p: p.name)
+def test_a_decided_claim_with_a_spread_does_not_touch_its_band(folder):
+    """Confirmed or refuted on an interval of positive width: neither end of the band lies inside it (a count
+    or definition, with no spread, may equal its band exactly)."""
+    for nb, c in claims(folder):
+        lo_hi = c.get("interval")
+        if c["verdict"] in ("confirmed", "refuted") and lo_hi and lo_hi[1] > lo_hi[0]:
+            for edge in (c.get("low"), c.get("high")):
+                assert edge is None or not lo_hi[0] <= edge <= lo_hi[1], (nb, c["text"], lo_hi, edge)
+
+
+def test_the_h100_reference_holds_every_notebook_of_one_gpu():
+    names = {p.stem for p in H100.glob("[0-9][0-9]_*.json")}
+    assert {f"{i:02d}" for i in range(10)} <= {n[:2] for n in names}
+    for p in H100.glob("[0-9][0-9]_*.json"):
+        data = json.loads(p.read_text())
+        assert data["smoke"] is False and data["device"]["name"] == "NVIDIA H100 80GB HBM3", p.name
