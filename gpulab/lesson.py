@@ -16,8 +16,9 @@ used, however the notebook was started (papermill, Jupyter, a script).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .claims import Claim
 from .device import DeviceInfo, get_device
@@ -117,6 +118,32 @@ def _as_spec(c: ClaimSpec | dict[str, Any]) -> ClaimSpec:
     return ClaimSpec(**c)
 
 
+class SectionClock:
+    """Seconds spent per section of a notebook, from one clock started at the top: what to trim if it runs long."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.start = self.last = clock()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self) -> None:
+        """Start timing a section here (what ran since the last lap is left out)."""
+        self.last = self.clock()
+
+    def lap(self, name: str) -> None:
+        """Close section `name`: its seconds are the time since the previous lap or mark (or the start)."""
+        now = self.clock()
+        self.seconds[name], self.last = now - self.last, now
+
+    def elapsed(self) -> float:
+        """Seconds since the clock started."""
+        return self.clock() - self.start
+
+    def to_dict(self) -> dict[str, float]:
+        """Every section's seconds, and the total so far."""
+        return dict(self.seconds, total=self.elapsed())
+
+
 @dataclass
 class Lesson:
     """What a lesson notebook needs from its first cell on: device, sizes, result, reference and claims."""
@@ -134,6 +161,34 @@ class Lesson:
     def gpu(self) -> bool:
         """True on a CUDA GPU."""
         return self.device.is_cuda
+
+    def use_smoke_sizes(self, ns: dict[str, Any], sizes: Mapping[str, Any], *, min_time_s: float | None = None,
+                        min_time_keys: Sequence[str] = ()) -> None:
+        """At smoke scale (SMOKE=True, or no CUDA GPU) put `sizes` into the notebook's namespace `ns`.
+
+        With `min_time_s`, MIN_TIME_S becomes it unless the reader set one, and each of `min_time_keys` (a longer
+        timing of one section) follows MIN_TIME_S. On a CPU torch runs one thread: tiny ops on several threads
+        only add synchronization, and noise on a busy machine. At full scale nothing changes.
+        """
+        if not self.small:
+            return
+        ns.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in sizes.items()})
+        if min_time_s is not None:
+            ns["MIN_TIME_S"] = ns.get("MIN_TIME_S") or min_time_s
+            ns.update({k: ns["MIN_TIME_S"] for k in min_time_keys})
+        if not self.gpu:
+            import torch
+
+            torch.set_num_threads(1)
+
+    def record_sizes(self, ns: Mapping[str, Any], keys: Sequence[str], *, lower: bool = False,
+                     extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Record the sizes this run used: `keys` of the namespace in the lesson's sizes, and in the result's params
+        (lower-cased if `lower`, as older result files have them) with `extra`; returns those params."""
+        self.sizes.update({k: ns.get(k) for k in keys})
+        params = {(k.lower() if lower else k): ns.get(k) for k in keys} | dict(extra or {})
+        self.result.params.update(params)
+        return params
 
     def _availability(self, metric: str, reason: str) -> str | None:
         if not self.device.is_cuda:

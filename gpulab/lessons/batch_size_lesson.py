@@ -40,12 +40,9 @@ _BATCH_AXIS = "batch size (sequences)"
 
 def use_sizes(lesson: Any, ns: dict[str, Any]) -> None:
     """At smoke scale put the smoke model, sequence length and batch cap into the notebook's namespace."""
-    if not lesson.small:
-        return
-    ns.update(SMOKE_SIZES)
-    if not lesson.gpu:  # tiny CPU ops: one thread avoids OpenMP threads spinning against other busy processes
-        torch.set_num_threads(1)
-    lesson.sizes.update(SMOKE_SIZES)
+    lesson.use_smoke_sizes(ns, SMOKE_SIZES)
+    if lesson.small:
+        lesson.sizes.update(SMOKE_SIZES)
 
 
 def params(ns: dict[str, Any]) -> dict[str, Any]:

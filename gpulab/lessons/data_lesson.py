@@ -43,18 +43,10 @@ PARAMS = ("N_IMAGES", "IMAGE_SIZE", "BATCH_SIZE", "CNN_WIDTH", "WORKERS", "SWEEP
 def use_sizes(lesson: Any, ns: dict[str, Any], cores: int, rule_of_thumb: int) -> dict[str, Any]:
     """At smoke scale put the smoke sizes into the notebook's namespace; choose the worker counts (0, 1, 2, 4, ...,
     half the cores, all of them, and the rule of thumb); record the sizes used either way."""
-    if lesson.small:
-        ns.update(SMOKE_SIZES)
-        ns["WORKERS"] = ns.get("WORKERS") or list(SMOKE_WORKERS)
-        ns["MIN_TIME_S"] = ns.get("MIN_TIME_S") or SMOKE_MIN_TIME_S
-        if not lesson.gpu:  # tiny CPU ops: one thread avoids OpenMP threads spinning against other busy processes
-            import torch
-            torch.set_num_threads(1)
+    lesson.use_smoke_sizes(ns, SMOKE_SIZES | {"WORKERS": ns.get("WORKERS") or list(SMOKE_WORKERS)},
+                           min_time_s=SMOKE_MIN_TIME_S)
     ns["WORKERS"] = sorted(set(ns.get("WORKERS") or worker_counts(cores, extra=[rule_of_thumb])))
-    lesson.sizes.update({k: ns[k] for k in PARAMS})
-    params = {k.lower(): ns[k] for k in PARAMS} | {"cores": cores}
-    lesson.result.params.update(params)
-    return params
+    return lesson.record_sizes(ns, PARAMS, lower=True, extra={"cores": cores})
 
 
 def image_dir(lesson: Any) -> Path:

@@ -7,9 +7,9 @@ nothing here times anything except the widget.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Sequence
 
+from ..lesson import SectionClock
 from ..timing import fmt_time
 from .compile_lab import ModeTiming
 from .fusion_claims import (CLAIMS, INFER_NAME, TRAIN_NAME, check_add_relu_mul, check_fusions, check_gelu,
@@ -30,40 +30,14 @@ PARAMS = ("ELEMENTWISE_NUMEL", "MODEL", "TRAIN_BATCH", "INFER_BATCH", "INFER_SEQ
           "TRAIN_MIN_TIME_S", "TRAIN_ROUNDS")  # what the result JSON records (the reference runs' keys)
 
 
-class Phases:
-    """Seconds spent per section, from one clock started at the top: what to trim if the notebook runs long."""
-
-    def __init__(self) -> None:
-        self.start = self.last = time.perf_counter()
-        self.seconds: dict[str, float] = {}
-
-    def lap(self, name: str) -> None:
-        """Close section `name`: its seconds are the time since the previous lap (or the start)."""
-        now = time.perf_counter()
-        self.seconds[name], self.last = now - self.last, now
-
-    def elapsed(self) -> float:
-        """Seconds since the clock started."""
-        return time.perf_counter() - self.start
-
-    def to_dict(self) -> dict[str, float]:
-        """Every section's seconds, and the total so far."""
-        return dict(self.seconds, total=self.elapsed())
+Phases = SectionClock  # seconds per section, and the budget the compile-modes sweep must fit in
 
 
 def use_sizes(lesson: Any, ns: dict[str, Any]) -> dict[str, Any]:
     """At smoke scale (SMOKE=True, or no CUDA GPU) put the smoke sizes into the notebook's namespace; record the
     sizes used either way. A reader's MIN_TIME_S is kept; the training step then times as long as the rest."""
-    if lesson.small:
-        ns.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in SMOKE_SIZES.items()})
-        ns["MIN_TIME_S"] = ns.get("MIN_TIME_S") or SMOKE_MIN_TIME_S
-        ns["TRAIN_MIN_TIME_S"] = ns["MIN_TIME_S"]
-        if not lesson.gpu:
-            import torch
-            torch.set_num_threads(1)  # tiny CPU workloads: more threads only add synchronization (and noise)
-    params = {k: ns.get(k) for k in PARAMS}
-    lesson.sizes.update(params)
-    lesson.result.params.update(params)
+    lesson.use_smoke_sizes(ns, SMOKE_SIZES, min_time_s=SMOKE_MIN_TIME_S, min_time_keys=("TRAIN_MIN_TIME_S",))
+    params = lesson.record_sizes(ns, PARAMS)
     return params
 
 

@@ -57,12 +57,9 @@ def tf32_switches() -> dict[str, Any]:
 def use_sizes(lesson: Any, ns: dict[str, Any]) -> dict[str, Any]:
     """At smoke scale (SMOKE=True, or no CUDA GPU) put the smoke sizes into the notebook's namespace, never the full
     sizes on a CPU; record the sizes used either way (lower-cased, as the result JSON has always had them)."""
-    if lesson.small:
+    if lesson.small:  # its smoke run has always kept torch's threads
         ns.update(SMOKE_SIZES)
-    params = {k.lower(): ns[k] for k in PARAMS}
-    lesson.sizes.update(params)
-    lesson.result.params.update(params)
-    return params
+    return lesson.record_sizes(ns, PARAMS, lower=True)
 
 
 def setup_note(lesson: Any) -> str:

@@ -11,6 +11,7 @@ import time
 from typing import Any, Sequence
 
 from ..claims import Estimate
+from ..lesson import SectionClock
 from ..timing import fmt_time
 from .measuring_lesson import source
 from .sync_claims import (CLAIMS, NO_DEBUG_MODE, NOT_GPU, check_copies, check_eval, check_gpu, check_item,
@@ -32,25 +33,7 @@ PARAMS = ("MODEL", "BATCH", "STEPS_PER_CALL", "EVAL_BATCHES", "EVAL_BATCH", "COP
           "OVERLAP_CHUNK_MB", "MIN_TIME_S", "LOOP_MIN_TIME_S", "LOOP_ROUNDS", "QUEUED_MS")  # the result's params
 
 
-class Phases:
-    """Seconds spent per timed section, and in all since the top: what to trim if the notebook runs long."""
-
-    def __init__(self) -> None:
-        self.start = self.t0 = time.perf_counter()
-        self.seconds: dict[str, float] = {}
-
-    def mark(self) -> None:
-        """Start timing a section here (setup and untimed sections between are left out)."""
-        self.t0 = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        """Close section `name`: its seconds are the time since the last mark or lap."""
-        now = time.perf_counter()
-        self.seconds[name], self.t0 = now - self.t0, now
-
-    def to_dict(self) -> dict[str, float]:
-        """Every timed section's seconds, and the total since the top."""
-        return dict(self.seconds, total=time.perf_counter() - self.start)
+Phases = SectionClock  # seconds per timed section, and in all: what to trim if the notebook runs long
 
 
 def use_sizes(lesson: Any, ns: dict[str, Any]) -> dict[str, Any]:
@@ -58,20 +41,11 @@ def use_sizes(lesson: Any, ns: dict[str, Any]) -> dict[str, Any]:
     sizes used either way. A reader's MIN_TIME_S is kept, and the loops then time as long as the rest."""
     from dataclasses import replace
 
-    if lesson.small:
-        ns.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in SMOKE_SIZES.items()})
-        ns["MIN_TIME_S"] = ns.get("MIN_TIME_S") or SMOKE_MIN_TIME_S
-        ns["LOOP_MIN_TIME_S"] = ns["MIN_TIME_S"]
-        if not lesson.gpu:
-            import torch
-            torch.set_num_threads(1)  # tiny CPU workloads: extra threads only add synchronization (and noise)
+    lesson.use_smoke_sizes(ns, SMOKE_SIZES, min_time_s=SMOKE_MIN_TIME_S, min_time_keys=("LOOP_MIN_TIME_S",))
     if "accumulate" in lesson.claims:  # its unit names the steps per timed call, known only now
         spec = lesson.claims["accumulate"]
         lesson.claims["accumulate"] = replace(spec, unit=f"syncs per {ns['STEPS_PER_CALL']} steps")
-    params = {k: ns.get(k) for k in PARAMS}
-    lesson.sizes.update(params)
-    lesson.result.params.update(params)
-    return params
+    return lesson.record_sizes(ns, PARAMS)
 
 
 def setup_note(lesson: Any) -> str:
