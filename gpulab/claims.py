@@ -103,12 +103,14 @@ def difference(a: Estimate | None, b: Estimate | None) -> Estimate | None:
     return Estimate(a.value - b.value, a.lo - b.hi, a.hi - b.lo)
 
 
-def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+def median_interval(values: list[float], confidence: float = 0.95,
+                    include: float | None = None) -> tuple[float, float]:
     """A distribution-free confidence interval for the median of `values` (order statistics).
 
     It is (x(k), x(n+1-k)) of the sorted values, with the largest k whose coverage, 1 - 2·P(Binomial(n, ½) < k),
-    is at least `confidence`. With too few values for that (n <= 5 at 95%) it is the whole range. Unlike
+    is at least `confidence`; with too few values for that (up to 8 at 95%) it is the whole range. Unlike
     the range, it narrows as rounds are added: more rounds decide more claims, they never widen the interval.
+    `include` widens it to hold that value (the point estimate it is the interval of).
     """
     xs = sorted(float(v) for v in values)
     if not xs:
@@ -121,9 +123,9 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
         if 1 - 2 * below_next < confidence:
             break
         k, below = k + 1, below_next
-    if k == 0:
-        return xs[0], xs[-1]
-    return xs[k - 1], xs[n - k]
+    k = max(k, 1)  # no k reaches `confidence`: the whole range
+    lo, hi = xs[k - 1], xs[n - k]
+    return (lo, hi) if include is None else (min(lo, include), max(hi, include))
 
 
 def interval_of(x: Any) -> tuple[float, float] | None:

@@ -120,8 +120,7 @@ def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
     if not wb or not wa:
         return None
     ratio = before.seconds / after.seconds
-    lo, hi = median_interval([b / a for b, a in zip(wb, wa)] or [ratio])  # 95% CI of the median pair ratio
-    lo, hi = min(lo, ratio), max(hi, ratio)
+    lo, hi = median_interval([b / a for b, a in zip(wb, wa)], include=ratio)  # 95% CI of the median pair ratio
     noisy = (hi - lo) > 0.2 * ratio
     within = lo <= 1.0 <= hi
     return Speedup(before.label, after.label, ratio, within, lo, hi, noisy=noisy and not within)

@@ -96,8 +96,7 @@ class Measurement:
         if not wins:
             return None
         rate = items_per_call * sum(n for n, _ in wins) / sum(s for _, s in wins)
-        lo, hi = median_interval([items_per_call * n / s for n, s in wins])
-        return Estimate(rate, min(lo, rate), max(hi, rate))
+        return Estimate(rate, *median_interval([items_per_call * n / s for n, s in wins], include=rate))
 
     def merged(self, other: Measurement) -> Measurement:
         """A new Measurement holding both sets of timings and windows (self's label and timer)."""
@@ -245,8 +244,7 @@ def speedup_interval(before: Measurement, after: Measurement) -> tuple[float, fl
     rb, ra = before.round_medians, after.round_medians
     ratio = before.median / after.median
     if len(rb) >= 3 and len(rb) == len(ra):
-        lo, hi = median_interval([b / a for b, a in zip(rb, ra)])
-        return min(lo, ratio), max(hi, ratio)
+        return median_interval([b / a for b, a in zip(rb, ra)], include=ratio)
     return before.q1 / after.q3, before.q3 / after.q1
 
 

@@ -153,7 +153,8 @@ def check_rules(lesson: Any, util: Sequence[tuple[int, Any]], util_rows: Sequenc
     return [util_claim, cpu_claim]
 
 
-def _pct(v: float | None, scale: float = 1.0) -> str:
+def pct(v: float | None, scale: float = 1.0) -> str:
+    """A percentage for a sentence or table ("n/a" for a reading this run does not have)."""
     return "n/a" if v is None else f"{v * scale:.0f}%"
 
 
@@ -165,8 +166,8 @@ def check_sawtooth(lesson: Any, cmp_feed: Any) -> Claim:
         return lesson.untested("sawtooth", why or "NVML utilization not available on this GPU")
     bp = b.profile.busy_fraction if b.profile else None
     return lesson.check("sawtooth", trace_estimate(b, "nvml_util"),
-                        f"interval: quartiles of NVML's samples; profiler busy fraction {_pct(bp, 100)}; "
-                        f"fed: {_pct(a.metric('nvml_util'))}")
+                        f"interval: quartiles of NVML's samples; profiler busy fraction {pct(bp, 100)}; "
+                        f"fed: {pct(a.metric('nvml_util'))}")
 
 
 def check_data_wait(lesson: Any, wait_b: Estimate, wait_a: Estimate, w_fed: int) -> list[Claim]:

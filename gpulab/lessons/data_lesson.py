@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from ..claims import Estimate
 from ..timing import fmt_time
-from .data_claims import (CLAIMS, check_data_wait, check_persistent, check_pinned, check_prefetch_factor,
+from .data_claims import (CLAIMS, pct, check_data_wait, check_persistent, check_pinned, check_prefetch_factor,
                           check_prefetcher, check_rules, check_sawtooth, check_workers, record_the_rest, why_not,
                           workers)
 from .data_lab import (column, denormalize, knee, knee_estimate, pipeline_mfu, throughput_by_workers,
@@ -156,10 +156,6 @@ def utilization_rows(util: Sequence[tuple[int, Any]]) -> tuple[dict[int, Estimat
     return rates, rows
 
 
-def _pct(v: float | None, scale: float = 1.0) -> str:
-    return "n/a" if v is None else f"{v * scale:.0f}%"
-
-
 def _mfu(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2%}"
 
@@ -170,8 +166,8 @@ def utilization_table(rows: Sequence[dict[str, Any]]) -> str:
              "| SM active (GPM) | MFU | host CPU |\n|---|---|---|---|---|---|---|---|\n")
     return table + "".join(
         f"| {r['num_workers']} | {r['samples_per_s']:,.0f} | [{r['samples_per_s_interval'][0]:,.0f}, "
-        f"{r['samples_per_s_interval'][1]:,.0f}] | {r['median_call_samples_per_s']:,.0f} | {_pct(r['nvml_util'])} "
-        f"| {_pct(r['gpm_sm_active'])} | {_mfu(r['mfu'])} | {_pct(r['cpu_percent'])} |\n" for r in rows)
+        f"{r['samples_per_s_interval'][1]:,.0f}] | {r['median_call_samples_per_s']:,.0f} | {pct(r['nvml_util'])} "
+        f"| {pct(r['gpm_sm_active'])} | {_mfu(r['mfu'])} | {pct(r['cpu_percent'])} |\n" for r in rows)
 
 
 def utilization_figure(rows: Sequence[dict[str, Any]], worker_list: Sequence[int], gpu: bool) -> None:
@@ -233,11 +229,11 @@ def sawtooth_report(cmp_feed: Any, feed_gain: Estimate, w_fed: int, gpu: bool) -
     bp, ap = (b.profile.busy_fraction if b.profile else None), (a.profile.busy_fraction if a.profile else None)
     return (f"Fed by {workers(w_fed)} instead of none, the loop trains **{feed_gain.value:.2f}x** the samples per "
             f"second [{feed_gain.lo:.2f}, {feed_gain.hi:.2f}] (over the windows' wall time). "
-            + (f"GPU busy by NVML: {_pct(b.metric('nvml_util'))} starved, {_pct(a.metric('nvml_util'))} fed; by the "
-               f"profiler trace: {_pct(bp, 100)} starved, {_pct(ap, 100)} fed. " if gpu else
+            + (f"GPU busy by NVML: {pct(b.metric('nvml_util'))} starved, {pct(a.metric('nvml_util'))} fed; by the "
+               f"profiler trace: {pct(bp, 100)} starved, {pct(ap, 100)} fed. " if gpu else
                "No GPU here, so there is no GPU utilization to plot; the host CPU panel still shows the workers' "
                "load. ")
-            + f"Host CPU: {_pct(b.metric('cpu_percent'))} starved, {_pct(a.metric('cpu_percent'))} fed.")
+            + f"Host CPU: {pct(b.metric('cpu_percent'))} starved, {pct(a.metric('cpu_percent'))} fed.")
 
 
 def data_waits(wait_b: Estimate, wait_a: Estimate, w_fed: int) -> dict[str, Any]:

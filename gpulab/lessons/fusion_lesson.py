@@ -37,8 +37,7 @@ def use_sizes(lesson: Any, ns: dict[str, Any]) -> dict[str, Any]:
     """At smoke scale (SMOKE=True, or no CUDA GPU) put the smoke sizes into the notebook's namespace; record the
     sizes used either way. A reader's MIN_TIME_S is kept; the training step then times as long as the rest."""
     lesson.use_smoke_sizes(ns, SMOKE_SIZES, min_time_s=SMOKE_MIN_TIME_S, min_time_keys=("TRAIN_MIN_TIME_S",))
-    params = lesson.record_sizes(ns, PARAMS)
-    return params
+    return lesson.record_sizes(ns, PARAMS)
 
 
 def setup_note(lesson: Any, compiler_ok: bool, compiler_why: str, peaks: Any) -> str:
