@@ -451,7 +451,9 @@ def run_largest(run: Callable[[int], Any], candidates: Sequence[int], *, device:
         except Exception as e:  # noqa: BLE001 - only OOM is retried; anything else is re-raised below
             if not is_oom(e):
                 raise
-            last, failed = e, True
+            # Without its traceback: the failed step's frames, and the tensors they hold, must not outlive it
+            # (they would sit in memory under every later measurement of this process).
+            last, failed = e.with_traceback(None), True
         if failed:  # outside the except block: the traceback no longer holds the step's tensors
             _release(dev)
     assert last is not None

@@ -123,5 +123,10 @@ def test_run_largest_steps_down_after_an_out_of_memory():
 
     assert run_largest(run, [32, 64, 56, 48], device="cpu") == (48, 96)
     assert tried == [64, 56, 48]
+    # the failed step's frames (and the tensors they hold) do not outlive it: no traceback is kept
+    with pytest.raises(torch.cuda.OutOfMemoryError) as err:
+        run_largest(run, [64], device="cpu")
+    assert err.value.__traceback__ is None or all(
+        f.f_code.co_name != "run" for f, _ in __import__("traceback").walk_tb(err.value.__traceback__))
     with pytest.raises(ValueError, match="boom"):
         run_largest(lambda b: (_ for _ in ()).throw(ValueError("boom")), [8], device="cpu")

@@ -248,8 +248,8 @@ def test_record_overlap_keeps_the_result_keys(cpu_lesson):
     est = Estimate(1.5, 1.4, 1.6)
     cmp = SimpleNamespace(estimate=lambda: est, before=SimpleNamespace(seconds=0.03),
                           after=SimpleNamespace(seconds=0.02))
-    m_copy = SimpleNamespace(median=0.012, estimate=lambda: Estimate(0.012, 0.011, 0.013))
-    m_comp = SimpleNamespace(median=0.010, estimate=lambda: Estimate(0.010, 0.009, 0.011))
+    m_copy = SimpleNamespace(median=0.012, median_estimate=lambda: Estimate(0.012, 0.011, 0.013))
+    m_comp = SimpleNamespace(median=0.010, median_estimate=lambda: Estimate(0.010, 0.009, 0.011))
     ov = SimpleNamespace(repeats=3)
     hidden = L.record_overlap(cpu_lesson.result, ov, cmp, m_copy, m_comp)
     assert hidden.value == pytest.approx(100)  # saved 0.01 s of the shorter task's 0.01 s

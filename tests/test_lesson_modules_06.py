@@ -122,7 +122,9 @@ def test_full_sizes_stay_on_a_gpu_and_params_keep_the_reference_keys(gpu_lesson)
     assert ns == _parameters() and not gpu_lesson.small and gpu_lesson.result.smoke is False
     ns["DTYPE"] = "bf16"
     ref = json.loads((ROOT / "data" / "reference" / "nvidia-h100-80gb-hbm3" / f"{NAME}.json").read_text())
-    assert L.params(ns) == ref["params"]  # the full-size run records what the reference run recorded
+    got = L.params(ns)
+    # the full-size run records what the reference run recorded (and may add keys a later reference gains)
+    assert {k: got.get(k) for k in ref["params"]} == ref["params"]
 
 
 def test_the_guides_cleanup_replaces_the_oom():
@@ -250,7 +252,12 @@ def test_a_gpu_run_judges_every_claim_it_has_the_batches_for(gpu_lesson):
     assert sweet.verdict in ("confirmed", "inconclusive") and sweet.measured == 32
     assert mem.verdict == "confirmed" and mem.measured == pytest.approx(45 / 12)
     assert util12.measured == pytest.approx((53 / 45 - 1) * 100) and "throughput +38%" in util12.note
-    assert speed12.note == "" and speed12.verdict != "not tested"
+    assert "quartiles" in speed12.note and speed12.verdict != "not tested"
+    # the paired rounds decide it where they ran: time ratio 0.80 at 16/12 the tokens is a 6.7% throughput gain
+    paired = C.check_scaling(les, sw, _cmp(0.80, 0.79, 0.81))[4]
+    assert paired.measured == pytest.approx(0.8 * 16 / 12 * 100 - 100) and "interleaved rounds" in paired.note
+    assert paired.interval == pytest.approx([0.79 * 16 / 12 * 100 - 100, 0.81 * 16 / 12 * 100 - 100])
+    assert paired.verdict == "confirmed"
     assert gain.measured == pytest.approx(480 / 380 * 100 - 100)
     b864 = C.check_batch_8_64(les, _cmp(4.0, 3.8, 4.2), 64, 100)
     assert b864.verdict == "confirmed" and "equal work" in b864.note

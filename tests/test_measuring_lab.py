@@ -27,6 +27,16 @@ def test_gpm_estimate_takes_the_window_value_and_the_per_second_range():
     assert ms.gpm_estimate(Trace(), "gpm_tensor_active") is None
 
 
+def test_gpm_estimate_steady_drops_the_edge_readings():
+    """A sustained claim reads the steady state: the start-up and the partial last second do not count."""
+    series = [(0.5, 40.0), (1.5, 86.0), (2.5, 85.0), (3.5, 87.0), (4.5, 86.0), (5.2, 95.0)]
+    tr = Trace(series={"gpm_tensor_active": series}, window={"gpm_tensor_active": 80.0})
+    assert ms.gpm_estimate(tr, "gpm_tensor_active") == Estimate(80.0, 40.0, 95.0)
+    assert ms.gpm_estimate(tr, "gpm_tensor_active", steady=True) == Estimate(86.0, 85.0, 87.0)
+    short = Trace(series={"gpm_tensor_active": series[:3]}, window={"gpm_tensor_active": 70.0})
+    assert ms.gpm_estimate(short, "gpm_tensor_active", steady=True) == Estimate(70.0, 40.0, 86.0)  # too few to drop
+
+
 def test_ratio_and_difference_take_the_extreme_ends():
     a, b = Estimate(10, 9, 11), Estimate(2, 1, 4)
     assert ms.ratio(a, b) == Estimate(5, 9 / 4, 11)

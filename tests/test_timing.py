@@ -134,3 +134,13 @@ def test_benchmark_rejects_non_callable_and_empty_measurement():
 def test_benchmark_runs_a_real_function_on_cpu():
     m = benchmark(lambda: sum(range(1000)), min_time_s=0.02)
     assert m.n >= 5 and m.median > 0
+
+
+def test_median_estimate_narrows_with_more_timings():
+    """The median's confidence interval lies inside the quartiles and narrows as timings are added."""
+    few = Measurement("few", [1.0, 1.1, 0.9, 1.2, 0.8, 1.05, 0.95, 1.15, 0.85, 1.0, 1.02, 0.98])
+    many = Measurement("many", few.times_s * 8)
+    e_few, e_many = few.median_estimate(), many.median_estimate()
+    assert e_few.lo <= few.median <= e_few.hi
+    assert many.q1 <= e_many.lo and e_many.hi <= many.q3  # with many timings, inside the quartiles
+    assert e_many.hi - e_many.lo <= e_few.hi - e_few.lo

@@ -48,7 +48,8 @@ def use_sizes(lesson: Any, ns: dict[str, Any]) -> None:
 def params(ns: dict[str, Any]) -> dict[str, Any]:
     """The result JSON's `params`, under the keys the reference runs use."""
     return dict(model=ns["MODEL"], seq_len=ns["SEQ_LEN"], max_batch=ns["MAX_BATCH"], batch_sizes=ns["BATCH_SIZES"],
-                accum_steps=ns["ACCUM_STEPS"], dtype=ns["DTYPE"], min_time_s=ns["MIN_TIME_S"])
+                accum_steps=ns["ACCUM_STEPS"], accum_batch=ns.get("ACCUM_BATCH"), dtype=ns["DTYPE"],
+                min_time_s=ns["MIN_TIME_S"])
 
 
 def setup_note(lesson: Any) -> str:
@@ -200,6 +201,20 @@ def scaling_report(sw: Sweep, gpu: bool) -> str:
            f"{pct(last['nvml_util'])} at {last['batch_size']}, while MFU goes from {pct(first['mfu'], 100, 1)} to "
            f"{pct(last['mfu'], 100, 1)}: NVML only says a kernel was running, not how much of the GPU it used."
            if gpu and first["nvml_util"] is not None else ""))
+
+
+def paired_batches(step: Callable[[int], Any], sw: Sweep, b1: int, b2: int, *, flops_per_seq: float, seq_len: int,
+                   dtype: str, min_time_s: float | None, device: Any, rounds: int = 12) -> Any:
+    """Batch `b1` against batch `b2` in `rounds` interleaved rounds, for a claim a few percent from its band (the
+    sweep times each size once, in its own window); None off a GPU or where the sweep did not reach both."""
+    if not (device.is_cuda and b1 in sw.by_b and b2 in sw.by_b):
+        return None
+    from ..experiment import before_after
+
+    return before_after(lambda: step(b1), lambda: step(b2), name=f"batch {b1} vs {b2}", before_label=f"batch {b1}",
+                        after_label=f"batch {b2}", flops=flops_per_seq * b1, after_flops=flops_per_seq * b2,
+                        dtype=dtype, items=b1 * seq_len, after_items=b2 * seq_len, item_name="tokens",
+                        min_time_s=min_time_s, device=device, rounds=rounds, kind="demonstration")
 
 
 # ---------------------------------------------------------------- section 5: 80% of the max

@@ -9,6 +9,7 @@ utilization against short bursts of work whose busy time is known, and the cours
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -28,15 +29,25 @@ def samples_estimate(trace: Trace | None, metric: str) -> Estimate | None:
     return trace.estimate(metric, samples_only=True) if trace is not None else None
 
 
-def gpm_estimate(trace: Trace | None, metric: str) -> Estimate | None:
+def gpm_estimate(trace: Trace | None, metric: str, *, steady: bool = False) -> Estimate | None:
     """The whole-window GPM value of `metric`, its interval the range of the per-interval readings (about 1 s
-    each) inside the window. Without a whole-window value: the samples' estimate; None when not read."""
+    each) inside the window. Without a whole-window value: the samples' estimate; None when not read.
+
+    `steady` reads the steady state of back-to-back work instead: the first and the last reading are dropped
+    (they hold the start-up and a partial last interval) when at least four were read, and the value is the
+    median of the rest, its interval a 95% confidence interval for that median (their range up to 8 readings).
+    """
     if trace is None:
         return None
     v = trace.window.get(metric)
     if v is None:
         return samples_estimate(trace, metric)
-    vals = trace.values(metric) + [v]
+    readings = trace.values(metric)
+    if steady and len(readings) >= 4:
+        inner = readings[1:-1]
+        mid = statistics.median(inner)
+        return Estimate(mid, *claims.median_interval(inner, include=mid))
+    vals = readings + [v]
     return Estimate(v, min(vals), max(vals))
 
 

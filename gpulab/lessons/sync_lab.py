@@ -213,7 +213,7 @@ def hidden_share(speedup: Estimate, overlapped_s: float, shorter: Estimate) -> E
     """Percent of the shorter task (copy or compute) that overlap hid, with its interval.
 
     serial - overlapped = overlapped * (speedup - 1); divided by the shorter task's time. The interval combines
-    the speedup's interval with the shorter task's quartiles (the widest ratio of the ends).
+    the speedup's interval with the shorter task's (the widest ratio of the ends).
     """
     if not (overlapped_s > 0 and shorter.lo > 0):
         raise ValueError("overlapped_s and the shorter task's times must be > 0")

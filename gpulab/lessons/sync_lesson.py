@@ -189,7 +189,7 @@ def queued_report(queued: dict[str, Any]) -> str:
 def record_overlap(res: Any, ov: Any, cmp_ov: Any, m_copy: Any, m_comp: Any) -> Estimate:
     """The share of the shorter task (copy or compute) the side stream hid, with its interval; recorded as
     the result's `overlap` with the times it stands on."""
-    shorter = min(m_copy, m_comp, key=lambda m: m.median).estimate()
+    shorter = min(m_copy, m_comp, key=lambda m: m.median).median_estimate()  # how well its median is known
     hidden = hidden_share(cmp_ov.estimate(), cmp_ov.after.seconds, shorter)
     res.record("overlap", dict(copy_s=m_copy.median, compute_s=m_comp.median, serial_s=cmp_ov.before.seconds,
                                hidden_pct=hidden.value, overlapped_s=cmp_ov.after.seconds,

@@ -15,9 +15,9 @@ from .matmul_lab import fmt_tflops, format_mismatches
 # Sizes: full on a CUDA GPU, smoke with SMOKE=True or without a GPU (gl.lesson picks and records which).
 FULL = dict(SIZES=[256, 512, 1024, 2048, 4096, 8192], DTYPES=["fp32", "tf32", "bf16", "fp16", "fp8"],
             SWEEP_MIN_TIME_S=0.25, MIN_TIME_S=1.0, BIG_N=8192, SIZE_BIG=4096, SIZE_SMALL=512, ALIGN_N=4096,
-            ALIGN_BATCH=32, ALIGN_SEQ=1024, ALIGN_HIDDEN=768, ALIGN_HEADS=12)
+            ALIGN_BATCH=32, ALIGN_SEQ=1024, ALIGN_HIDDEN=768, ALIGN_HEADS=12, ROUNDS=12)
 SMOKE = dict(SIZES=[32, 64, 128], SWEEP_MIN_TIME_S=0.03, MIN_TIME_S=0.05, BIG_N=128, SIZE_BIG=128, SIZE_SMALL=32,
-             ALIGN_N=128, ALIGN_BATCH=4, ALIGN_SEQ=64, ALIGN_HIDDEN=64, ALIGN_HEADS=4)
+             ALIGN_N=128, ALIGN_BATCH=4, ALIGN_SEQ=64, ALIGN_HIDDEN=64, ALIGN_HEADS=4, ROUNDS=2)
 
 # The guide's §7.3 table, as printed: the claims being checked.
 GUIDE_7_3 = {"FP32": dict(exponent_bits=8, mantissa_bits=23, max_abs=3.4e38, digits=7),
@@ -262,14 +262,15 @@ def check_dtype_claims(lesson: Any, cmp_tf32: Any, m_default: Any, precision: st
 
 def check_tensor_activity(lesson: Any, watch_big: Any, watch_small: Any, big_n: int, k_small: int,
                           size_small: int, dtype: str) -> list[Any]:
-    """GPM tensor activity of a big matmul (80%+) and of small ones (<50%), each over a 2 s back-to-back window."""
+    """GPM tensor activity of a big matmul (80%+, its steady state over a longer window) and of small ones (<50%)."""
     from .measuring_lab import gpm_estimate
 
     why = "needs GPM tensor activity (a Hopper or newer GPU with profiling counters readable)"
-    big, small = gpm_estimate(watch_big, "gpm_tensor_active"), gpm_estimate(watch_small, "gpm_tensor_active")
+    big = gpm_estimate(watch_big, "gpm_tensor_active", steady=True)
+    small = gpm_estimate(watch_small, "gpm_tensor_active")
     return [lesson.check("tensor_80", big, why if big is None else f"one {big_n}³ {dtype} matmul back to back for "
-                         f"{watch_big.duration_s:.1f} s (gl.watch): GPM tensor active over the window, range of its "
-                         "1 s readings"),
+                         f"{watch_big.duration_s:.1f} s (gl.watch): the median of its 1 s GPM readings, the first and last "
+                         "dropped (start-up, a partial second); interval: a 95% interval of that median"),
             lesson.check("tensor_50", small, why if small is None else f"{k_small} × {size_small}³ {dtype} matmuls "
                          f"from Python, back to back for {watch_small.duration_s:.1f} s (gl.watch)")]
 
