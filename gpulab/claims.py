@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -50,6 +51,12 @@ class Estimate:
     def exact(cls, value: float) -> Estimate:
         """A value without spread: a count, a definition or arithmetic."""
         return cls(value, value, value)
+
+    @classmethod
+    def median_of(cls, values: list[float]) -> Estimate:
+        """The median of `values` with a 95% confidence interval for it (`median_interval`)."""
+        mid = statistics.median(values)
+        return cls(mid, *median_interval(values, include=mid))
 
     @property
     def interval(self) -> tuple[float, float]:

@@ -92,7 +92,7 @@ class Measurement:
     def median_estimate(self) -> Estimate:
         """The median with a 95% confidence interval for it (order statistics of the timings): how well the
         median is known, where `estimate` shows how much single calls vary."""
-        return Estimate(self.median, *median_interval(self.times_s, include=self.median))
+        return Estimate.median_of(self.times_s)
 
     def window_rate(self, items_per_call: float = 1.0) -> Estimate | None:
         """Items per second over the wall time of the timed windows (all windows pooled), with the spread

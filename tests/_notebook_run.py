@@ -1,11 +1,19 @@
 """Helpers for the tests that assert on a notebook's smoke run (the run itself: the `smoke_run` fixture)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-
-
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def parameters_cell(name: str) -> dict:
+    """The values a notebook's cell tagged `parameters` sets, as papermill would start from them."""
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    values: dict = {}
+    exec(src, values)
+    return {k: v for k, v in values.items() if not k.startswith("__")}
 
 
 def html_outputs(executed: dict) -> str:

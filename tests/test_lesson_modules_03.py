@@ -15,17 +15,14 @@ from gpulab.lesson import NEEDS, _as_spec
 from gpulab.lessons import compile_lab as cl
 from gpulab.lessons import fusion_claims as C
 from gpulab.lessons import fusion_lesson as L
+from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _parameters() -> dict:
-    nb = json.loads((ROOT / "notebooks" / "03_fusion.ipynb").read_text())
-    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    values: dict = {}
-    exec(src, values)
-    return {k: v for k, v in values.items() if not k.startswith("__")}
+    return parameters_cell("03_fusion")
 
 
 def _lesson(device, smoke=True, **params):

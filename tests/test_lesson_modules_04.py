@@ -17,6 +17,7 @@ from gpulab.lessons import sync_claims as C
 from gpulab.lessons import sync_lab as sl
 from gpulab.lessons import sync_lesson as L
 from gpulab.results import comparisons
+from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,11 +26,7 @@ REF = json.loads((ROOT / "data" / "reference" / "nvidia-h100-80gb-hbm3" / "04_sy
 
 
 def _parameters() -> dict:
-    nb = json.loads(NOTEBOOK.read_text())
-    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    values: dict = {}
-    exec(src, values)
-    return {k: v for k, v in values.items() if not k.startswith("__")}
+    return parameters_cell("04_sync_points")
 
 
 def _lesson(device, smoke=True, **params):

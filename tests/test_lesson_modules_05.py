@@ -16,6 +16,7 @@ from gpulab.lesson import _as_spec
 from gpulab.lessons import data_claims as C
 from gpulab.lessons import data_lab as dl
 from gpulab.lessons import data_lesson as L
+from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,11 +26,7 @@ PIPELINE = [k for k in ("four_vs_zero", "half_cores", "past_half", "rule_of_thum
 
 
 def _parameters() -> dict:
-    nb = json.loads((ROOT / "notebooks" / "05_data_overlap.ipynb").read_text())
-    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    values: dict = {}
-    exec(src, values)
-    return {k: v for k, v in values.items() if not k.startswith("__")}
+    return parameters_cell("05_data_overlap")
 
 
 def _lesson(device, smoke=True, **params):

@@ -17,6 +17,7 @@ from gpulab.lesson import _as_spec
 from gpulab.lessons import batch_size_claims as C
 from gpulab.lessons import batch_size_lesson as L
 from gpulab.workloads import GPTConfig
+from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,11 +26,7 @@ GPU = DeviceInfo(kind="cuda", name="pretend GPU", capability=(9, 0), memory_gb=8
 
 
 def _parameters() -> dict:
-    nb = json.loads((ROOT / "notebooks" / f"{NAME}.ipynb").read_text())
-    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    values: dict = {}
-    exec(src, values)
-    return {k: v for k, v in values.items() if not k.startswith("__")}
+    return parameters_cell(NAME)
 
 
 def _lesson(device, smoke=False, **params):

@@ -15,6 +15,7 @@ from gpulab.device import DeviceInfo
 from gpulab.lessons import precision_claims as C
 from gpulab.lessons import precision_lab as P
 from gpulab.lessons import precision_lesson as L
+from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,11 +24,7 @@ ALL_MODES = list(T.PRECISION_MODES)
 
 
 def _parameters() -> dict:
-    nb = json.loads((ROOT / "notebooks" / f"{NAME}.ipynb").read_text())
-    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    values: dict = {}
-    exec(src, values)
-    return {k: v for k, v in values.items() if not k.startswith("__")}
+    return parameters_cell(NAME)
 
 
 def _lesson(device, smoke=True):

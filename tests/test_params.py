@@ -7,21 +7,14 @@ import pytest
 
 import gpulab as gl
 from gpulab.params import SCHEMAS, check_params, parse_value
+from _notebook_run import parameters_cell
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-def _parameters_cell(name: str) -> dict:
-    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
-    src = next("".join(c["source"]) for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    values: dict = {}
-    exec(src, values)
-    return {k: v for k, v in values.items() if not k.startswith("__")}
-
-
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_schema_matches_the_notebooks_parameters_and_its_defaults_pass(name):
-    defaults = _parameters_cell(name)
+    defaults = parameters_cell(name)
     assert set(defaults) == set(SCHEMAS[name]), f"{name}: schema and parameters cell differ"
     assert check_params(defaults, name, unknown=True) == defaults
     assert check_params(defaults | {"SMOKE": True}, name)["SMOKE"] is True
@@ -46,7 +39,7 @@ def test_check_params_names_the_parameter_and_what_it_takes(values, message):
 
 
 def test_a_notebooks_globals_are_checked_and_other_names_ignored():
-    g = _parameters_cell("03_fusion") | {"torch": object(), "_private": 1}
+    g = parameters_cell("03_fusion") | {"torch": object(), "_private": 1}
     assert "torch" not in check_params(g, "03_fusion")
     with pytest.raises(ValueError, match=r"MODEL\['n_head'\]=0"):
         check_params(g | {"MODEL": g["MODEL"] | {"n_head": 0}}, "03_fusion")
@@ -65,7 +58,7 @@ def test_parse_value_reads_python_and_keeps_other_text():
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
-def test_each_notebook_checks_its_parameters_right_after_the_parameters_cell(name):
+def test_each_notebook_checks_its_parameters_right_after_theparameters_cell(name):
     nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
     idx = next(i for i, c in enumerate(nb["cells"]) if "parameters" in c["metadata"].get("tags", []))
     first_code = next("".join(c["source"]) for c in nb["cells"][idx + 1:] if c["cell_type"] == "code")

@@ -9,7 +9,6 @@ utilization against short bursts of work whose busy time is known, and the cours
 """
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -44,9 +43,7 @@ def gpm_estimate(trace: Trace | None, metric: str, *, steady: bool = False) -> E
         return samples_estimate(trace, metric)
     readings = trace.values(metric)
     if steady and len(readings) >= 4:
-        inner = readings[1:-1]
-        mid = statistics.median(inner)
-        return Estimate(mid, *claims.median_interval(inner, include=mid))
+        return Estimate.median_of(readings[1:-1])
     vals = readings + [v]
     return Estimate(v, min(vals), max(vals))
 
