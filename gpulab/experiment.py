@@ -284,14 +284,16 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                  items: float | None = None, after_items: float | None = None, item_name: str = "samples",
                  min_time_s: float | None = None, monitor: bool = True, profile: bool = False,
                  device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None,
-                 interleave: bool = True, rounds: int = 4, pipeline: bool = False,
+                 interleave: bool = True, rounds: int = 4, round_s: float | None = None, pipeline: bool = False,
                  kind: str = "optimisation") -> Comparison:
     """Run `before` and `after` through the same harness and compare them.
 
     `flops`, `dtype` and `items` apply to both sides unless an `after_*` value is given (e.g. a bf16 after).
     `interleave` adds `rounds` short alternating rounds (before, after, after, before, ...) to both sides'
     timings, so that drift between the two windows (clocks, temperature, host load) does not read as a
-    speedup; the spread of the per-round ratios is the speedup's interval.
+    speedup; the spread of the per-round ratios is the speedup's interval. `round_s` is each side's seconds per
+    round (None: a quarter of `min_time_s`); a big matmul wants whole seconds, so that each round reads the
+    sustained, power-limited clock rather than the burst after the other side's window.
     `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches).
     """
     if not name:
@@ -302,6 +304,8 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
         if v is not None and (as_number(v) is None or v <= 0):
             raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None: same as the before side)")
     checks.positive_int("rounds", rounds, minimum=0)
+    if round_s is not None and not (as_number(round_s) is not None and round_s > 0):
+        raise ValueError(f"round_s={round_s!r} must be a finite number of seconds > 0 (or None: min_time_s / 4)")
     device = device or get_device()
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)
@@ -309,7 +313,7 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     a = measure(after, label=after_label, flops=flops if after_flops is None else after_flops,
                 dtype=after_dtype or dtype, items=items if after_items is None else after_items, **common)
     if interleave and rounds:
-        round_s = (min_time_s or default_min_time(device)) / 4
+        round_s = round_s or (min_time_s or default_min_time(device)) / 4
         for i in range(rounds):
             sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
             for fn, run in sides:

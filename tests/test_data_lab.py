@@ -1,3 +1,5 @@
+import time
+
 import psutil
 import pytest
 import torch
@@ -160,3 +162,17 @@ def test_epoch_start_ratio_has_an_interval():
     e = s.ratio_estimate()
     assert e.value == pytest.approx(0.25 / 0.11)
     assert e.lo <= e.value <= e.hi and e.lo == pytest.approx(0.225 / 0.115) and e.hi == pytest.approx(0.275 / 0.105)
+
+
+def test_measure_feed_times_each_extra_window_for_window_s(cpu_device):
+    """Extra windows last `window_s` each (a bursty loader needs long ones); a bad value fails before any work."""
+    batches = dl.random_image_batches(2, 3, 8)
+    with dl.Feed(dl.cycle(batches), lambda x, y: time.sleep(0.002), "cpu") as feed:
+        run = dl.measure_feed(feed, 1, label="fed", items=3, rounds=2, min_time_s=0.02, window_s=0.12,
+                              device=cpu_device)
+        extra = run.measurement.windows[-2:]
+        assert all(seconds > 0.08 for _, seconds in extra)  # not the 5 ms of min_time_s / 4
+        n = feed.batches
+        with pytest.raises(ValueError, match="window_s"):
+            dl.measure_feed(feed, 1, label="fed", items=3, window_s=0, device=cpu_device)
+        assert feed.batches == n  # rejected before anything ran

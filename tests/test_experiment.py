@@ -1,4 +1,5 @@
 import json
+import time
 
 import pytest
 import torch
@@ -76,3 +77,15 @@ def test_a_pipeline_comparison_takes_its_speed_from_the_windows():
     assert lo <= 2.0 <= hi and hi - lo < 0.2 and not cmp.within_noise
     assert after.throughput == pytest.approx(32 / (1.2 / 24), rel=0.01)
     assert after.seconds == pytest.approx(1.2 / 24)
+
+
+def test_before_after_rounds_last_round_s_each(cpu_device):
+    """`round_s` sets each side's seconds per interleaved round (a big matmul needs whole seconds to settle)."""
+    cmp = gl.before_after(lambda: time.sleep(0.001), lambda: time.sleep(0.0005), name="sleeps", min_time_s=0.02,
+                          rounds=2, round_s=0.1, monitor=False, device=cpu_device)
+    rounds = cmp.before.measurement.windows[-2:]
+    assert cmp.before.measurement.meta["interleaved_rounds"] == 2 and all(s > 0.06 for _, s in rounds)  # not min_time_s / 4
+    calls = []
+    with pytest.raises(ValueError, match="round_s"):
+        gl.before_after(lambda: calls.append(1), lambda: calls.append(2), name="x", round_s=float("nan"))
+    assert not calls

@@ -336,15 +336,19 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
                            batch_size: int, pin_memory: bool = False, prefetch_factor: int = 2,
                            batches_per_call: int = 4, flops_per_sample: float | None = None,
                            dtype: str | None = None, min_time_s: float | None = None, device: Any = None,
-                           rounds: int | None = None, progress: bool = True) -> list[tuple[int, RunResult]]:
+                           rounds: int | None = None, window_s: float | None = None,
+                           progress: bool = True) -> list[tuple[int, RunResult]]:
     """For each worker count: the training loop fed by an endless loader, timed as a pipeline by
     `measure_feed` (samples over the windows' wall time; NVML/GPM utilization and host CPU from the monitor).
     Workers start before timing and stay alive. `rounds` more windows after the monitored one (None: 10 on a CUDA
     GPU, where the worker claims are judged, 3 elsewhere): with 11 in all, a rate's interval is a 95% confidence
     interval of the median window rate, not the range of a few windows (with 4, bursty loaders left the worker
-    claims undecided on one GPU and decided on another)."""
+    claims undecided on one GPU and decided on another). `window_s` is each extra window's length (None: 1 s on a
+    CUDA GPU, where a quarter second held only about twenty batches of a loader that delivers them in bursts of
+    one per worker; a quarter of `min_time_s` elsewhere)."""
     dev_info = device if hasattr(device, "is_cuda") else get_device()
     rounds = (10 if dev_info.is_cuda else 3) if rounds is None else rounds
+    window_s = (1.0 if dev_info.is_cuda else None) if window_s is None else window_s
     out = []
     for w in tqdm(list(workers), desc="utilization per worker count", disable=not progress):
         loader = endless_loader(dataset, batch_size=batch_size, num_workers=w, pin_memory=pin_memory,
@@ -353,7 +357,7 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
             n = batches_per_call * batch_size
             run = measure_feed(feed, batches_per_call, label=f"num_workers={w}", items=n,
                                flops=flops_per_sample * n if flops_per_sample else None, dtype=dtype,
-                               min_time_s=min_time_s, device=dev_info, rounds=rounds)
+                               min_time_s=min_time_s, device=dev_info, rounds=rounds, window_s=window_s)
         out.append((w, run))
     return out
 
@@ -371,20 +375,25 @@ def _window(feed: Feed, batches_per_call: int, seconds: float, device: Any, wait
 
 def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float, rounds: int = 3,
                  flops: float | None = None, dtype: str | None = None, item_name: str = "samples",
-                 min_time_s: float | None = None, device: Any = None, profile: bool = False) -> RunResult:
+                 min_time_s: float | None = None, device: Any = None, profile: bool = False,
+                 window_s: float | None = None) -> RunResult:
     """The loop fed by `feed` as a pipeline: `gl.measure(..., pipeline=True)` on a settled queue, then
-    `rounds` more windows of a quarter of the time each, so the throughput (items over each window's wall
-    time) has a spread. The data wait per batch of each window is kept in `meta['data_wait_s_per_batch']`."""
+    `rounds` more windows of `window_s` each (None: a quarter of the time), so the throughput (items over each
+    window's wall time) has a spread. The data wait per batch of each window is kept in
+    `meta['data_wait_s_per_batch']`."""
     _check_int("batches_per_call", batches_per_call, 1)
     _check_int("rounds", rounds, 0)
+    if window_s is not None and not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
+        raise ValueError(f"window_s={window_s!r} must be a finite number of seconds > 0 (or None: min_time_s / 4)")
     dev = device if hasattr(device, "is_cuda") else get_device()
     feed.settle()
     w0, b0 = feed.wait_s, feed.batches
     run = measure(lambda: feed.run(batches_per_call), label=label, items=items, flops=flops, dtype=dtype,
                   item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile, pipeline=True)
     waits = [(feed.wait_s - w0) / max(1, feed.batches - b0)]
+    window_s = window_s or (min_time_s or default_min_time(dev)) / 4
     for _ in range(rounds):
-        extra = _window(feed, batches_per_call, (min_time_s or default_min_time(dev)) / 4, dev.torch_device, waits)
+        extra = _window(feed, batches_per_call, window_s, dev.torch_device, waits)
         run.measurement = run.measurement.merged(extra)
     run.measurement.meta["data_wait_s_per_batch"] = waits
     return run
