@@ -256,3 +256,35 @@ def test_figures_draw_on_the_cpu_path(tmp_path):
     L.utilization_figure(rows, [0, 1], gpu=False)
     L.epoch_figure(_starts(), 2)
     plt.close("all")
+
+
+def test_paired_all_over_half_decides_the_claims_about_that_pair(gpu_lesson):
+    """Two separately timed rates with wide spreads leave the pair's claims open; the interleaved ratio decides them
+    (and can come out either way)."""
+    rates = _rates(_util({0: 100.0, 1: 180.0, 2: 300.0, 4: 500.0, 8: 900.0, 16: 1000.0}, spread=0.12))
+    open_ = L.check_workers(gpu_lesson, rates, cores=16, rule_of_thumb=8)
+    assert [c.verdict for c in open_[1:4]] == ["inconclusive"] * 3
+    more = L.check_workers(_lesson(GPU, smoke=False), rates, cores=16, rule_of_thumb=8,
+                           all_over_half=Estimate(1.11, 1.08, 1.15))
+    half, past, thumb = more[1:4]
+    assert past.verdict == "refuted" and past.side == "higher" and past.note == C.PAIRED
+    assert half.measured == pytest.approx(1.0) and tuple(half.interval) == (1.0, 1.0) and half.verdict == "refuted"
+    assert thumb.measured == pytest.approx(1 / 1.11) and thumb.interval[1] == pytest.approx(1 / 1.08)
+    assert thumb.verdict == "refuted"
+    same = L.check_workers(_lesson(GPU, smoke=False), rates, cores=16, rule_of_thumb=8,
+                           all_over_half=Estimate(1.01, 0.99, 1.03))
+    assert [c.verdict for c in same[1:4]] == ["confirmed", "confirmed", "confirmed"]
+    assert same[1].measured == pytest.approx(0.5) and same[1].interval[1] <= 0.5
+
+
+def test_paired_knee_keeps_the_sweep_where_the_pair_is_undecided():
+    est = Estimate(8, 4, 16)
+    rates = {4: Estimate(1, 1, 1), 8: Estimate(1, 1, 1), 16: Estimate(1, 1, 1)}
+    assert dl_knee(est, rates, Estimate(1.05, 1.0, 1.1)) is est
+    assert dl_knee(est, rates, None) is est
+    assert dl_knee(est, rates, Estimate(1.2, 1.1, 1.3)).interval == (16, 16)
+
+
+def dl_knee(est, rates, pair):
+    e = C.paired_knee(est, rates, pair, half=8, cores=16)
+    return e if e is est or e is None else SimpleNamespace(interval=(e.lo, e.hi))

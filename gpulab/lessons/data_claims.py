@@ -23,6 +23,10 @@ NO_GPU = "needs a CUDA GPU (here the model trains on the same CPU cores the work
 SMOKE_SIZES_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=False"
 NO_GPU_SHORT = "needs a CUDA GPU; see the reference run"  # pinned memory and the prefetcher: nothing ran on a CPU
 PIPE = "samples over the windows' wall time (pipeline); interval from the windows' spread"
+PAIRED = ("all cores' workers / half the cores', in interleaved windows; interval: 95% CI of the median window-pair "
+          "ratio")
+PAIRED_KNEE = ("fewest workers within 5% of the best, as a fraction of the cores; the sweep's spread, narrowed by "
+               "the interleaved all / half ratio")
 GPU_FULL = ("cuda", "full")
 
 # The guide's §5.4 table (8 cores): 15.2, 8.5, 5.2, 3.1, 3.0, 3.2 s for 0, 1, 2, 4, 8, 16 workers. Directions
@@ -94,21 +98,33 @@ def _judge(lesson: Any, key: str, value: Any, note: str = "", **kw: Any) -> Clai
     return lesson.untested(key, why) if why else lesson.check(key, value, note, **kw)
 
 
-def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_of_thumb: int) -> list[Claim]:
+def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_of_thumb: int,
+                  all_over_half: Estimate | None = None) -> list[Claim]:
     """Judge §5.4's worker table by its shape: 4 vs 0 workers, the knee at half the cores, little gain past it,
-    min(cores, 8), and 8 vs 4; each on the steady-state rates with the windows' spread."""
+    min(cores, 8), and 8 vs 4; each on the steady-state rates with the windows' spread.
+
+    `all_over_half` is the rate with all the cores' workers over that with half, from interleaved windows (drift
+    on a shared host cancels in each pair). Where given it decides the three claims that turn on those two counts
+    (past half, the knee, min(cores, 8) when that is half), in place of two separately measured rates."""
     half = max(1, cores // 2)
-    knee_est = knee_estimate(rates, 0.95)  # fewest workers within 5% of the best, with the spread's range
+    knee_est = paired_knee(knee_estimate(rates, 0.95), rates, all_over_half, half, cores)
 
     def r(a: int, b: int) -> Estimate | None:
         """Rate with `a` workers over rate with `b`, with its interval (None if either count was not swept)."""
         return ratio(rates.get(a), rates.get(b))
 
+    past, thumb, note = r(cores, half), share_of_best(rates, rule_of_thumb), {}
+    if all_over_half is not None and cores > half:
+        past, note["past_half"] = all_over_half, PAIRED
+        best = max(rates, key=lambda k: rates[k].value) if rates else None
+        if rule_of_thumb == half and best in (half, cores):  # the best is one of the pair: its share is paired too
+            thumb, note["rule_of_thumb"] = all_over_half.map(lambda v: min(1.0, 1 / v)), PAIRED
+        note["half_cores"] = PAIRED_KNEE
     r84 = r(8, 4)
     table = [("four_vs_zero", r(4, 0), cores >= 4),
              ("half_cores", knee_est.map(lambda k: k / cores) if knee_est else None, cores >= 4),
-             ("past_half", r(cores, half), cores >= 4),
-             ("rule_of_thumb", share_of_best(rates, rule_of_thumb), True),
+             ("past_half", past, cores >= 4),
+             ("rule_of_thumb", thumb, True),
              ("eight_vs_four", None if r84 is None else r84.map(lambda v: (v - 1) * 100), cores >= 8)]
     out = []
     for key, value, possible in table:
@@ -119,8 +135,23 @@ def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_o
             out.append(lesson.untested(key, f"needs at least {8 if '8 workers' in text else 4} cores; "
                                             f"this host has {cores}"))
         else:
-            out.append(lesson.check(key, value, PIPE, measurement="utilization_by_workers"))
+            out.append(lesson.check(key, value, note.get(key, PIPE), measurement="utilization_by_workers"))
     return out
+
+
+def paired_knee(knee_est: Estimate | None, rates: dict[int, Estimate], all_over_half: Estimate | None, half: int,
+                cores: int, fraction: float = 0.95) -> Estimate | None:
+    """The knee's interval narrowed by the paired all/half ratio: where half is surely within 5% of all, the knee
+    is at most half; where half is surely more than 5% short, it lies above half (the next swept count or more)."""
+    if knee_est is None or all_over_half is None or cores <= half:
+        return knee_est
+    if all_over_half.hi < 1 / fraction:
+        lo = min(knee_est.lo, half)
+        return Estimate(min(knee_est.value, half), lo, min(knee_est.hi, half))
+    if all_over_half.lo > 1 / fraction:
+        above = min((k for k in rates if k > half), default=cores)
+        return Estimate(max(knee_est.value, above), max(knee_est.lo, above), max(knee_est.hi, above))
+    return knee_est
 
 
 def check_rules(lesson: Any, util: Sequence[tuple[int, Any]], util_rows: Sequence[dict[str, Any]],

@@ -403,19 +403,24 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   before_label: str = "before", after_label: str = "after", rounds: int = 4,
                   flops: float | None = None, dtype: str | None = None, item_name: str = "samples",
                   min_time_s: float | None = None, device: Any = None, profile: bool = False,
-                  kind: str = "optimisation") -> Comparison:
+                  kind: str = "optimisation", window_s: float | None = None) -> Comparison:
     """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
     `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
-    queue, so neither side counts batches its workers loaded while the other side ran. Compare the sides
-    with `Comparison.throughput_ratio()` (items over the windows' wall time), not the per-call median."""
+    queue, so neither side counts batches its workers loaded while the other side ran. `Comparison.estimate()`
+    pairs the windows (drift cancels in each pair's ratio); `Comparison.throughput_ratio()` sets the two sides'
+    spreads against each other; neither uses the per-call median. `window_s`: each interleaved window's seconds
+    (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of `min_time_s` elsewhere)."""
     dev = device if hasattr(device, "is_cuda") else get_device()
+    _check_int("rounds", rounds, 0)
+    if window_s is not None and not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
+        raise ValueError(f"window_s={window_s!r} must be a finite number of seconds > 0 (or None)")
     b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,
                      dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
     a = measure_feed(after, batches_per_call, label=after_label, items=items, rounds=0, flops=flops,
                      dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
     waits = {id(b): list(b.measurement.meta["data_wait_s_per_batch"]),
              id(a): list(a.measurement.meta["data_wait_s_per_batch"])}
-    round_s = (min_time_s or default_min_time(dev)) / 4
+    round_s = window_s or (1.0 if dev.is_cuda else (min_time_s or default_min_time(dev)) / 4)
     for i in range(rounds):
         sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
         for feed, run in sides:
