@@ -304,8 +304,7 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
         if v is not None and (as_number(v) is None or v <= 0):
             raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None: same as the before side)")
     checks.positive_int("rounds", rounds, minimum=0)
-    if round_s is not None and not (as_number(round_s) is not None and round_s > 0):
-        raise ValueError(f"round_s={round_s!r} must be a finite number of seconds > 0 (or None: min_time_s / 4)")
+    checks.positive_float("round_s", round_s, allow_none=True)
     device = device or get_device()
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 from tqdm.auto import tqdm
 
+from .. import checks
 from ..batchsize import (GPTTrainStep, batch_sweep, column, gpt_step_memory_estimate,  # noqa: F401  (old home)
                         peak_memory_gb, row_for, trace_estimate)
 from ..claims import Estimate, ratio  # noqa: F401  (ratio: used by notebooks 05 and 06 as dl.ratio)
@@ -383,8 +384,7 @@ def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float,
     `meta['data_wait_s_per_batch']`."""
     _check_int("batches_per_call", batches_per_call, 1)
     _check_int("rounds", rounds, 0)
-    if window_s is not None and not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
-        raise ValueError(f"window_s={window_s!r} must be a finite number of seconds > 0 (or None: min_time_s / 4)")
+    checks.positive_float("window_s", window_s, allow_none=True)
     dev = device if hasattr(device, "is_cuda") else get_device()
     feed.settle()
     w0, b0 = feed.wait_s, feed.batches
@@ -412,8 +412,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of `min_time_s` elsewhere)."""
     dev = device if hasattr(device, "is_cuda") else get_device()
     _check_int("rounds", rounds, 0)
-    if window_s is not None and not (isinstance(window_s, (int, float)) and math.isfinite(window_s) and window_s > 0):
-        raise ValueError(f"window_s={window_s!r} must be a finite number of seconds > 0 (or None)")
+    checks.positive_float("window_s", window_s, allow_none=True)
     b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,
                      dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
     a = measure_feed(after, batches_per_call, label=after_label, items=items, rounds=0, flops=flops,
