@@ -207,3 +207,14 @@ def test_the_other_systems_utilization_is_not_comparable(cpu_device, tmp_path, m
     trace = SimpleNamespace(values=lambda key: [90.0, 92.0, 94.0, 96.0, 98.0])
     claim = L.record_the_rest(les, _cmp(_side(1.0), _side(0.8, trace=trace)))
     assert claim.verdict == "not comparable" and claim.measured == 94.0 and claim.interval == (92.0, 96.0)
+
+
+def test_chain_bandwidth_splits_the_speedup_into_bytes_and_rates():
+    """speedup = byte ratio × (fused GB/s / eager GB/s), exactly; the note prints both factors."""
+    traffic = SimpleNamespace(total_bytes=6e9, ideal_bytes=2e9, ratio=3.0)
+    cmp = SimpleNamespace(before=SimpleNamespace(seconds=2.0e-3), after=SimpleNamespace(seconds=0.5e-3), speedup=4.0)
+    bw = L.chain_bandwidth(traffic, cmp, 4200.0)
+    assert bw == {"eager": pytest.approx(3000.0), "fused": pytest.approx(4000.0), "copy": 4200.0}
+    note = L.chain_bandwidth_note(traffic, cmp, bw)
+    assert "3.00 × 1.33 = 4.00x" in note and "3,000 GB/s" in note and "a plain copy: 4,200 GB/s" in note
+    assert "plain copy" not in L.chain_bandwidth_note(traffic, cmp, L.chain_bandwidth(traffic, cmp, None))

@@ -17,7 +17,8 @@ from .fusion_claims import (CLAIMS, INFER_NAME, TRAIN_NAME, check_add_relu_mul, 
 from .measuring_lesson import source
 
 __all__ = ["SMOKE_SIZES", "PARAMS", "CLAIMS", "TRAIN_NAME", "INFER_NAME", "Phases", "use_sizes", "source",
-           "setup_note", "compile_skip", "check_add_relu_mul", "check_gelu", "gelu_bandwidth", "bandwidth_figure",
+           "setup_note", "compile_skip", "check_add_relu_mul", "chain_bandwidth", "chain_bandwidth_note", "check_gelu",
+           "gelu_bandwidth", "bandwidth_figure",
            "gelu_report", "count_fusion", "fusion_list", "check_fusions", "check_training", "training_report",
            "utilization_figures", "mfu_figure", "graph_report", "mode_cap", "modes_table_html", "modes_figure",
            "check_modes", "modes_summary", "gelu_panel", "other_system", "record_the_rest"]
@@ -68,6 +69,25 @@ def compile_skip(lesson: Any, smoke_why: str) -> str | None:
 
 
 # ---------------------------------------------------------------- section 2: the guide's GELU
+
+
+def chain_bandwidth(traffic: Any, cmp: Any, copy_gbs: float | None) -> dict[str, float | None]:
+    """GB/s each side of an eager-vs-fused comparison really moved (the eager ops' counted bytes over the eager
+    time, one fused kernel's bytes over the fused time), beside the copy bandwidth: the result JSON's
+    `arm_bandwidth_gbs`."""
+    return {"eager": traffic.total_bytes / cmp.before.seconds / 1e9,
+            "fused": traffic.ideal_bytes / cmp.after.seconds / 1e9, "copy": copy_gbs}
+
+
+def chain_bandwidth_note(traffic: Any, cmp: Any, bandwidth: dict[str, float | None]) -> str:
+    """Why the time ratio is not the byte ratio: speedup = byte ratio × (fused GB/s / eager GB/s), exactly."""
+    eager, fused, copy = bandwidth["eager"], bandwidth["fused"], bandwidth["copy"]
+    copy_txt = f" (a plain copy: {_gbs(copy)})" if copy else ""
+    return (f"Why {cmp.speedup:.2f}x and not {traffic.ratio:.2f}x: the eager kernels moved {_gbs(eager)} and the fused "
+            f"kernel {_gbs(fused)}{copy_txt}. The speedup is the byte ratio times the ratio of those two rates, "
+            f"{traffic.ratio:.2f} × {fused / eager:.2f} = {traffic.ratio * fused / eager:.2f}x. How close each kernel "
+            "gets to the copy rate is a property of the chip and of the kernel (PyTorch's generic eager kernels "
+            "against one generated for this chain), so the second factor differs between GPUs.")
 
 
 def gelu_bandwidth(traffic: Any, cmp_lib: Any, cmp_gelu: Any, copy_gbs: float) -> dict[str, float]:
