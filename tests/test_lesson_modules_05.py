@@ -280,11 +280,6 @@ def test_paired_all_over_half_decides_the_claims_about_that_pair(gpu_lesson):
 def test_paired_knee_keeps_the_sweep_where_the_pair_is_undecided():
     est = Estimate(8, 4, 16)
     rates = {4: Estimate(1, 1, 1), 8: Estimate(1, 1, 1), 16: Estimate(1, 1, 1)}
-    assert dl_knee(est, rates, Estimate(1.05, 1.0, 1.1)) is est
-    assert dl_knee(est, rates, None) is est
-    assert dl_knee(est, rates, Estimate(1.2, 1.1, 1.3)).interval == (16, 16)
-
-
-def dl_knee(est, rates, pair):
-    e = C.paired_knee(est, rates, pair, half=8, cores=16)
-    return e if e is est or e is None else SimpleNamespace(interval=(e.lo, e.hi))
+    assert C.paired_knee(est, rates, Estimate(1.05, 1.0, 1.1), half=8, cores=16) is est
+    assert C.paired_knee(est, rates, None, half=8, cores=16) is est
+    assert C.paired_knee(est, rates, Estimate(1.2, 1.1, 1.3), half=8, cores=16).interval == (16, 16)

@@ -349,7 +349,7 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
     one per worker; a quarter of `min_time_s` elsewhere)."""
     dev_info = device if hasattr(device, "is_cuda") else get_device()
     rounds = (10 if dev_info.is_cuda else 3) if rounds is None else rounds
-    window_s = (1.0 if dev_info.is_cuda else None) if window_s is None else window_s
+    window_s = _feed_window_s(window_s, min_time_s, dev_info)
     out = []
     for w in tqdm(list(workers), desc="utilization per worker count", disable=not progress):
         loader = endless_loader(dataset, batch_size=batch_size, num_workers=w, pin_memory=pin_memory,
@@ -372,6 +372,12 @@ def _window(feed: Feed, batches_per_call: int, seconds: float, device: Any, wait
     m = benchmark(lambda: feed.run(batches_per_call), min_time_s=seconds, warmup_s=0, device=device)
     waits.append((feed.wait_s - w0) / max(1, feed.batches - b0))
     return m
+
+
+def _feed_window_s(window_s: float | None, min_time_s: float | None, dev: Any) -> float:
+    """Seconds per extra window of a fed loop: `window_s` if given, else 1 s on a CUDA GPU (many of a loader's
+    bursts) and a quarter of `min_time_s` elsewhere."""
+    return window_s or (1.0 if dev.is_cuda else (min_time_s or default_min_time(dev)) / 4)
 
 
 def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float, rounds: int = 3,
@@ -419,7 +425,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                      dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
     waits = {id(b): list(b.measurement.meta["data_wait_s_per_batch"]),
              id(a): list(a.measurement.meta["data_wait_s_per_batch"])}
-    round_s = window_s or (1.0 if dev.is_cuda else (min_time_s or default_min_time(dev)) / 4)
+    round_s = _feed_window_s(window_s, min_time_s, dev)
     for i in range(rounds):
         sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
         for feed, run in sides:
