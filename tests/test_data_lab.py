@@ -176,3 +176,21 @@ def test_measure_feed_times_each_extra_window_for_window_s(cpu_device):
         with pytest.raises(ValueError, match="window_s"):
             dl.measure_feed(feed, 1, label="fed", items=3, window_s=0, device=cpu_device)
         assert feed.batches == n  # rejected before anything ran
+
+
+def test_launch_headroom_needs_cuda_tensors_and_sane_counts():
+    step = dl.cnn_train_step(SmallCNN(width=4), "cpu")
+    x, y = torch.randn(2, 3, 8, 8), torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="needs CUDA tensors"):
+        dl.launch_headroom(step, x, y)
+    for bad in ({"steps": 0}, {"repeats": -1}, {"steps": 1.5}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            dl.launch_headroom(step, x, y, **bad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_launch_headroom_times_host_and_gpu_per_step():
+    step = dl.cnn_train_step(SmallCNN(width=8), "cuda")
+    x, y = torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(10, (8,), device="cuda")
+    h = dl.launch_headroom(step, x, y, steps=2, repeats=2)
+    assert h["batch"] == 8 and h["host_s"] > 0 and h["gpu_s"] > 0

@@ -231,6 +231,9 @@ def test_tables_and_reports_say_what_ran(cpu_device):
     assert "One batch is 20.0 MB" in text and "**10.0% of a training step**" in text
     assert L.prefetcher_report(None, None).startswith("Skipped")
     assert "**1.020x**" in L.prefetcher_report(Estimate(1.02, 1.0, 1.04), 0.1)
+    assert L.headroom_report({}).startswith("Skipped")
+    room = L.headroom_report({64: {"host_s": 0.006, "gpu_s": 0.0066}, 256: {"host_s": 0.006, "gpu_s": 0.0264}})
+    assert "| 64 |" in room and "1.1x" in room and "4.4x" in room and "uses batch 256" in room
     assert "nothing to compare" in L.reference_note(None) and "(H100)" in L.reference_note({"device": {"name": "H100"}})
     les = _lesson(cpu_device)
     assert "**No CUDA GPU here.**" in L.setup_note(les, 4, [0, 1, 2]) and "Worker counts swept: [0, 1, 2]" in \
