@@ -1,9 +1,11 @@
-"""Feeding the GPU: a CUDA-stream prefetcher and a DataLoader settings sweep that measures, not guesses."""
+"""Feeding the GPU: a CUDA-stream prefetcher, a DataLoader settings sweep that measures, not guesses, and a check
+that the host launches steps faster than the GPU runs them."""
 from __future__ import annotations
 
 import gc
 import html
 import itertools
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -76,6 +78,36 @@ class CUDAPrefetcher:
             return None
         with torch.cuda.stream(self.stream):
             return to_device(batch, self.device, non_blocking=True)
+
+
+def launch_headroom(step: Callable[[Any, Any], Any], x: torch.Tensor, y: torch.Tensor, *, steps: int = 4,
+                    repeats: int = 5) -> dict[str, float]:
+    """Host seconds to launch one training step beside the seconds the GPU needs to run it (medians of `repeats`
+    bursts of `steps` steps, each burst queued behind an untimed one so the GPU never waits at its start).
+
+    A loop keeps its GPU busy only while launching a step is quicker than running it. Where the two are close,
+    any extra host work (a prefetcher's stream bookkeeping, a busy neighbour process) leaves the GPU waiting, and
+    a change to the copy measures the host instead. Needs CUDA tensors: on a CPU the "launch" is the work.
+    """
+    _check_int("steps", steps, 1)
+    _check_int("repeats", repeats, 1)
+    if x.device.type != "cuda":
+        raise ValueError(f"launch_headroom needs CUDA tensors; x is on {x.device}")
+    host, gpu = [], []
+    for _ in range(repeats):
+        torch.cuda.synchronize(x.device)
+        for _ in range(steps):  # untimed: keeps the GPU busy while the timed burst is launched
+            step(x, y)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        start.record()
+        for _ in range(steps):
+            step(x, y)
+        end.record()
+        host.append((time.perf_counter() - t0) / steps)
+        end.synchronize()
+        gpu.append(start.elapsed_time(end) / 1e3 / steps)  # GPU wall per step: its work, or the host's pace
+    return {"host_s": statistics.median(host), "gpu_s": statistics.median(gpu), "batch": len(x)}
 
 
 ROW_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "samples_per_s", "seconds",

@@ -123,7 +123,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                            EVAL_BATCH=_int, COPY_MB=_int, OVERLAP_CHUNKS=_int, OVERLAP_CHUNK_MB=_int,
                            MIN_TIME_S=_opt_sec, LOOP_MIN_TIME_S=_sec, LOOP_ROUNDS=_int, QUEUED_MS=number()),
     "05_data_overlap": dict(SMOKE=boolean(), N_IMAGES=_int, IMAGE_SIZE=integer(8), BATCH_SIZE=_int, CNN_WIDTH=_int,
-                            SWEEP_BATCHES=_int, BATCHES_PER_CALL=_int,
+                            SWEEP_BATCHES=_int, BATCHES_PER_CALL=_int, PREFETCH_BATCH=_int,
                             WORKERS=list_of(integer(0), optional=True), MIN_TIME_S=_opt_sec),
     "06_batch_size": dict(SMOKE=boolean(), MODEL=one_of("gpt2_small", "smoke"), SEQ_LEN=_int, MAX_BATCH=_int,
                           BATCH_SIZES=list_of(_int, optional=True), ACCUM_STEPS=_int, ACCUM_BATCH=_int,

@@ -29,7 +29,8 @@ from .. import checks
 from ..batchsize import (GPTTrainStep, batch_sweep, column, gpt_step_memory_estimate,  # noqa: F401  (old home)
                         peak_memory_gb, row_for, trace_estimate)
 from ..claims import Estimate, ratio  # noqa: F401  (ratio: used by notebooks 05 and 06 as dl.ratio)
-from ..dataloading import CUDAPrefetcher, _check_int, as_torch_device, synchronize, to_device
+from ..dataloading import (CUDAPrefetcher, _check_int, as_torch_device, launch_headroom,  # noqa: F401
+                           synchronize, to_device)
 from ..device import get_device, usable_cores  # noqa: F401  (usable_cores: used by notebook 05)
 from ..experiment import Comparison, RunResult, default_min_time, measure
 from ..flops import count_flops
@@ -82,36 +83,6 @@ def cnn_train_step(model: nn.Module, device: Any = None, *, lr: float = 0.01,
 
     step.model = model  # type: ignore[attr-defined]
     return step
-
-
-def launch_headroom(step: Callable[[Any, Any], Any], x: torch.Tensor, y: torch.Tensor, *, steps: int = 4,
-                    repeats: int = 5) -> dict[str, float]:
-    """Host seconds to launch one training step beside the seconds the GPU needs to run it (medians of `repeats`
-    bursts of `steps` steps, each burst queued behind an untimed one so the GPU never waits at its start).
-
-    A loop keeps its GPU busy only while launching a step is quicker than running it. Where the two are close,
-    any extra host work (a prefetcher's stream bookkeeping, a busy neighbour process) leaves the GPU waiting, and
-    a change to the copy measures the host instead. Needs CUDA tensors: on a CPU the "launch" is the work.
-    """
-    _check_int("steps", steps, 1)
-    _check_int("repeats", repeats, 1)
-    if x.device.type != "cuda":
-        raise ValueError(f"launch_headroom needs CUDA tensors; x is on {x.device}")
-    host, gpu = [], []
-    for _ in range(repeats):
-        torch.cuda.synchronize(x.device)
-        for _ in range(steps):  # untimed: keeps the GPU busy while the timed burst is launched
-            step(x, y)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        start.record()
-        for _ in range(steps):
-            step(x, y)
-        end.record()
-        host.append((time.perf_counter() - t0) / steps)
-        end.synchronize()
-        gpu.append(start.elapsed_time(end) / 1e3 / steps)  # GPU wall per step: its work, or the host's pace
-    return {"host_s": statistics.median(host), "gpu_s": statistics.median(gpu), "batch": len(x)}
 
 
 def cnn_train_flops_per_sample(model: nn.Module, image_size: int, channels: int = 3) -> float:
