@@ -286,3 +286,15 @@ def test_paired_knee_keeps_the_sweep_where_the_pair_is_undecided():
     assert C.paired_knee(est, rates, Estimate(1.05, 1.0, 1.1), half=8, cores=16) is est
     assert C.paired_knee(est, rates, None, half=8, cores=16) is est
     assert C.paired_knee(est, rates, Estimate(1.2, 1.1, 1.3), half=8, cores=16).interval == (16, 16)
+
+
+def test_paired_four_over_zero_decides_the_headline_ratio_either_way(gpu_lesson):
+    """4 vs 0 workers from two wide sweep rates is open; the interleaved ratio decides it, on either side."""
+    rates = _rates(_util({0: 100.0, 1: 180.0, 2: 300.0, 4: 450.0, 8: 900.0, 16: 1000.0}, spread=0.12))
+    assert L.check_workers(gpu_lesson, rates, cores=16, rule_of_thumb=8)[0].verdict == "inconclusive"
+    low = L.check_workers(_lesson(GPU, smoke=False), rates, cores=16, rule_of_thumb=8,
+                          four_over_zero=Estimate(3.5, 3.4, 3.6))[0]
+    assert (low.verdict, low.side, low.note) == ("refuted", "lower", C.PAIRED_FOUR)
+    inside = L.check_workers(_lesson(GPU, smoke=False), rates, cores=16, rule_of_thumb=8,
+                             four_over_zero=Estimate(4.9, 4.7, 5.1))[0]
+    assert inside.verdict == "confirmed" and inside.measured == pytest.approx(4.9)

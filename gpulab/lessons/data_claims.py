@@ -25,6 +25,7 @@ NO_GPU_SHORT = "needs a CUDA GPU; see the reference run"  # pinned memory and th
 PIPE = "samples over the windows' wall time (pipeline); interval from the windows' spread"
 PAIRED = ("all cores' workers / half the cores', in interleaved windows; interval: 95% CI of the median window-pair "
           "ratio")
+PAIRED_FOUR = ("4 workers / none, in interleaved windows; interval: 95% CI of the median window-pair ratio")
 PAIRED_KNEE = ("fewest workers within 5% of the best, as a fraction of the cores; the sweep's spread, narrowed by "
                "the interleaved all / half ratio")
 GPU_FULL = ("cuda", "full")
@@ -99,13 +100,15 @@ def _judge(lesson: Any, key: str, value: Any, note: str = "", **kw: Any) -> Clai
 
 
 def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_of_thumb: int,
-                  all_over_half: Estimate | None = None) -> list[Claim]:
+                  all_over_half: Estimate | None = None, four_over_zero: Estimate | None = None) -> list[Claim]:
     """Judge §5.4's worker table by its shape: 4 vs 0 workers, the knee at half the cores, little gain past it,
     min(cores, 8), and 8 vs 4; each on the steady-state rates with the windows' spread.
 
     `all_over_half` is the rate with all the cores' workers over that with half, from interleaved windows (drift
     on a shared host cancels in each pair). Where given it decides the three claims that turn on those two counts
-    (past half, the knee, min(cores, 8) when that is half), in place of two separately measured rates."""
+    (past half, the knee, min(cores, 8) when that is half), in place of two separately measured rates.
+    `four_over_zero`, the rate with 4 workers over that with none from interleaved windows, decides "4 workers
+    ~5x" the same way."""
     half = max(1, cores // 2)
     knee_est = paired_knee(knee_estimate(rates, 0.95), rates, all_over_half, half, cores)
 
@@ -120,8 +123,11 @@ def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_o
         if rule_of_thumb == half and best in (half, cores):  # the best is one of the pair: its share is paired too
             thumb, note["rule_of_thumb"] = all_over_half.map(lambda v: min(1.0, 1 / v)), PAIRED
         note["half_cores"] = PAIRED_KNEE
+    four = r(4, 0)
+    if four_over_zero is not None:
+        four, note["four_vs_zero"] = four_over_zero, PAIRED_FOUR
     r84 = r(8, 4)
-    table = [("four_vs_zero", r(4, 0), cores >= 4),
+    table = [("four_vs_zero", four, cores >= 4),
              ("half_cores", knee_est.map(lambda k: k / cores) if knee_est else None, cores >= 4),
              ("past_half", past, cores >= 4),
              ("rule_of_thumb", thumb, True),
