@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from ..batchsize import trace_estimate
 from ..claims import Claim, Estimate, ratio
-from .data_lab import knee_estimate, share_of_best
+from .data_lab import knee_estimate, share_of_best, workers
 
 __all__ = ["CLAIMS", "NO_GPU", "SMOKE_SIZES_WHY", "workers", "why_not", "check_workers", "check_rules",
            "check_sawtooth", "check_data_wait", "check_prefetch_factor", "check_persistent", "check_pinned",
@@ -79,11 +79,6 @@ CLAIMS = [
     dict(key="ready_batches", text="4 workers x prefetch_factor 2 = 8 batches ready in total", low=8, high=8,
          unit="batches", source="guide §5.1", evidence="definition"),
 ]
-
-
-def workers(n: int) -> str:
-    """'1 worker', '4 workers'."""
-    return f"{n} worker" + ("" if n == 1 else "s")
 
 
 def why_not(lesson: Any) -> str | None:

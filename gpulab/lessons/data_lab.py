@@ -48,6 +48,11 @@ def denormalize(x: torch.Tensor) -> torch.Tensor:
     return (x.detach().cpu() * std + mean).clamp(0, 1).permute(1, 2, 0)
 
 
+def workers(n: int) -> str:
+    """'1 worker', '4 workers'."""
+    return f"{n} worker" + ("" if n == 1 else "s")
+
+
 def worker_counts(cores: int, extra: Sequence[int] = ()) -> list[int]:
     """Worker counts to sweep on a host with `cores` CPU cores: 0, 1, 2, 4, 8, ... plus half the cores and all.
 
@@ -436,6 +441,18 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     for run in (b, a):
         run.measurement.meta["data_wait_s_per_batch"] = waits[id(run)]
     return Comparison(name=name, before=b, after=a, device=dev.name, kind=kind)
+
+
+def compare_worker_counts(dataset: Dataset, step: Callable[[Any, Any], Any], before: int, after: int, *, name: str,
+                          batch_size: int, pin_memory: bool, batches_per_call: int, flops_per_sample: float,
+                          device: Any, **timing: Any) -> Comparison:
+    """Two worker counts feeding `step`, both loaders alive, in interleaved windows (`compare_feeds`'s `timing`)."""
+    n, kw = batches_per_call * batch_size, dict(batch_size=batch_size, pin_memory=pin_memory)
+    with Feed(endless_loader(dataset, num_workers=before, **kw), step, device.torch_device) as f_before, \
+         Feed(endless_loader(dataset, num_workers=after, **kw), step, device.torch_device) as f_after:
+        return compare_feeds(f_before, f_after, batches_per_call, name=name, before_label=workers(before),
+                             after_label=workers(after), flops=flops_per_sample * n, items=n, device=device,
+                             kind="demonstration", **timing)
 
 
 def pipeline_mfu(run: RunResult) -> float | None:
