@@ -17,7 +17,7 @@ CLAIMS = ["3 unfused elementwise ops = 6 memory operations, fused = 2: 3x fewer 
           "GELU with compile is 5-10x faster than without",
           "reduction fusion: (a * b).sum(dim=-1) in a single kernel",
           "horizontal fusion: two ops on one input in a single kernel",
-          "torch.compile: 30-50% overhead reduction", "torch.compile modes: 30-100% speedup potential",
+          "torch.compile fusion of opponent processing: 30-50% overhead reduction", "torch.compile modes: 30-100% speedup potential",
           "torch.compile: 15-25% speedup after the first, slow iteration", "torch.compile: 10-30% speedup",
           "reduce-overhead (CUDA graphs) beats default on launch-bound work",
           "max-autotune compiles slower than default", "max-autotune runs faster than default",

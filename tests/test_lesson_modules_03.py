@@ -137,8 +137,10 @@ def test_cpu_lesson_records_every_claim_with_a_reason(cpu_device, tmp_path, monk
 
 def test_gpu_verdicts_stand_on_the_measured_intervals(gpu_lesson):
     train = _cmp(_side(1.2, 900, 0.8), _side(1.0, 400, 0.9), est=Estimate(1.2, 1.16, 1.24))
-    by_key = dict(zip([k for k, _, _ in C.TRAINING], L.check_training(gpu_lesson, train, None)))
-    assert by_key["overhead"].verdict == "refuted"  # 1 - 1/1.2 = 17% saved, below 30-50%
+    by_key = dict(zip(["overhead"] + [k for k, _, _ in C.TRAINING], L.check_training(gpu_lesson, train, None)))
+    # arr-coc's module: judged nothing, our step's share saved (1 - 1/1.2 = 17%) shown beside it
+    assert by_key["overhead"].verdict == "not comparable" and by_key["overhead"].measured == pytest.approx(100 / 6)
+    assert by_key["overhead"].interval == pytest.approx((100 * (1 - 1 / 1.16), 100 * (1 - 1 / 1.24)))
     assert by_key["after_first"].verdict == "confirmed" and by_key["after_first"].interval == pytest.approx((16, 24))
     sweep = [_mode("default", 1.0e-3, 0.95e-3, 1.05e-3, compile_s=5, wall_s=20),
              _mode("reduce-overhead", 0.4e-3, 0.35e-3, 0.45e-3, compile_s=8, wall_s=25),
@@ -218,3 +220,12 @@ def test_chain_bandwidth_splits_the_speedup_into_bytes_and_rates():
     note = L.chain_bandwidth_note(traffic, cmp, bw)
     assert "3.00 × 1.33 = 4.00x" in note and "3,000 GB/s" in note and "a plain copy: 4,200 GB/s" in note
     assert "plain copy" not in L.chain_bandwidth_note(traffic, cmp, L.chain_bandwidth(traffic, cmp, None))
+
+
+def test_broadcast_note_names_both_rates_and_both_speedups():
+    plain, cols = SimpleNamespace(speedup=3.0), SimpleNamespace(speedup=3.9)
+    note = L.broadcast_note(plain, {"eager": 4000.0, "fused": 4100.0}, cols, {"eager": 3100.0, "fused": 4050.0})
+    assert "3.90x" in note and "3.00x" in note
+    assert "3,100 GB/s" in note and "22% slower" in note and "1% slower" in note
+    faster = L.broadcast_note(plain, {"eager": 1000.0, "fused": 1000.0}, cols, {"eager": 1100.0, "fused": 1000.0})
+    assert "10% faster" in faster

@@ -21,3 +21,13 @@ def test_params_record_the_sizes_used():
                          "FUSED_LOSS", "BF16_WEIGHTS")} | L.SMOKE_SIZES
     p = L.params(ns, do_compile=False)
     assert p["n_layer"] == L.SMOKE_SIZES["N_LAYER"] and p["compile"] is False and "naive_batch" in p
+
+
+def test_the_parameters_cell_trains_the_shape_notebook_09_profiles():
+    from _notebook_run import parameters_cell
+
+    p = parameters_cell("08_case_study")
+    shape = {"n_layer": p["N_LAYER"], "n_head": p["N_HEAD"], "n_embd": p["N_EMBD"], "block_size": p["SEQ_LEN"],
+             "vocab_size": p["VOCAB_SIZE"]}
+    assert shape == L.MODEL_SHAPE and L.MODEL_SHAPE["n_embd"] // L.MODEL_SHAPE["n_head"] == 128
+    assert (p["BATCH_SIZE"], p["GRAD_ACCUM"], p["WORKERS"]) == tuple(L.FINAL_BATCH.values())

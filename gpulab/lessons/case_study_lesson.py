@@ -16,6 +16,11 @@ from .. import training as T
 SMOKE_SIZES = dict(N_LAYER=2, N_HEAD=2, N_EMBD=64, SEQ_LEN=64, VOCAB_SIZE=300, NAIVE_BATCH=4, BATCH_SIZE=8,
                    GRAD_ACCUM=2, WORKERS=1, STEP_SECONDS=0.1, LOSS_STEPS=10, CORPUS_BYTES=300_000)
 NOT_GPU = "needs a CUDA GPU; see the reference run"
+# The case study's GPT at full size (its parameters cell says the same; notebook 09 profiles this loop): GPT-2
+# small's depth, heads, context and vocabulary at twice its width, so its matmuls and 128-wide attention heads are
+# big enough for a Hopper GPU's tensor cores.
+MODEL_SHAPE = dict(n_layer=12, n_head=12, n_embd=1536, block_size=1024, vocab_size=50257)
+FINAL_BATCH = dict(batch_size=32, grad_accum=2, num_workers=4)
 CONFIG_FIELDS = ["tf32", "autocast", "fused_adamw", "attn", "batch_size", "grad_accum", "sync_every_step",
                  "num_workers", "pin_memory", "pad_vocab", "fused_loss", "param_dtype", "master_weights", "compile"]
 WATERFALL_COLUMNS = [
@@ -183,5 +188,6 @@ def utilization_story(px: Any, steps: list[Any], device_name: str, gpu: bool) ->
         + ("NVML barely moves while MFU climbs: the naive loop was already 'busy' by NVML's definition, just busy "
            "doing slow FP32 arithmetic. " if u0 and u0.value > 85 else "")
         + "The guide's case study had a data-starved 8-GPU job where utilization itself was the problem; a single GPU "
-        "training a 124 M-parameter model from memory is compute-bound from the start, so its gains come from "
+        f"training a {T.gpt_num_params(steps[-1].config.model) / 1e6:,.0f} M-parameter model from memory is "
+        "compute-bound from the start, so its gains come from "
         "precision, kernels and fusion rather than from keeping the GPU fed.")

@@ -49,8 +49,8 @@ CLAIMS = [
          unit="kernels", source="guide §3.3", needs=("compiler",)),
     dict(key="horizontal", text="horizontal fusion: two ops on one input in a single kernel", low=1, high=1,
          unit="kernels", source="guide §3.3", needs=("compiler",)),
-    dict(key="overhead", text="torch.compile: 30-50% overhead reduction", low=30, high=50, unit="%",
-         source="guide summary (000_), opponent processing", needs=("cuda",)),
+    dict(key="overhead", text="torch.compile fusion of opponent processing: 30-50% overhead reduction", low=30,
+         high=50, unit="%", source="guide summary (000_), arr-coc's optimizations", needs=("cuda",)),
     dict(key="modes_potential", text="torch.compile modes: 30-100% speedup potential", low=30, high=100, unit="%",
          source="guide summary (000_), section 3", needs=("cuda",)),
     dict(key="after_first", text="torch.compile: 15-25% speedup after the first, slow iteration", low=15, high=25,
@@ -67,9 +67,7 @@ CLAIMS = [
          high=95, unit="%", source="guide §8.2 step 4"),
 ]
 # The training-step claims: (key, what each reads off the speedup r = eager time / compiled time, its note).
-TRAINING = [("overhead", lambda r: (1 - 1 / r) * 100,
-             "step time saved, % of the eager step (GPT training step, default mode)"),
-            ("modes_potential", lambda r: (r - 1) * 100,
+TRAINING = [("modes_potential", lambda r: (r - 1) * 100,
              f"{_train}, default mode; the other modes are timed on inference in section 4"),
             ("after_first", lambda r: (r - 1) * 100,
              f"{_train}; the guide used max-autotune, we use default (max-autotune is timed on inference in section 4)"),
@@ -144,12 +142,22 @@ def check_fusions(lesson: Any, fusion_k: dict[str, tuple[Any, Any, str]]) -> lis
     return out
 
 
+# "Fusion of opponent processing" names one module of arr-coc's model: how much of a module's time compiling
+# removes depends on its mix of matmuls and memory-bound ops, so that number belongs to that module.
+OVERHEAD_WHY = ("arr-coc's opponent-processing module: one component of another model, whose share of fusible, "
+                "memory-bound work sets the saving. The value shown is our GPT training step's time saved by "
+                "compiling, % of the eager step (default mode, the interval of the interleaved rounds)")
+
+
 def check_training(lesson: Any, cmp: Any, why: str | None) -> list[Claim]:
-    """Judge the four training-step speedup claims, each a percentage read off the step's speedup with its
-    interval (the spread of the interleaved rounds' ratios)."""
+    """Judge the training-step speedup claims, each a percentage read off the step's speedup with its interval
+    (the spread of the interleaved rounds' ratios); the opponent-processing number is shown beside its proxy,
+    the share of the step saved."""
     est = cmp.estimate() if cmp is not None else None
-    return [lesson.check(key, est.map(f) if est else None, note if cmp else why, measurement="train-step")
-            for key, f, note in TRAINING]
+    saved = other_system(lesson, "overhead", est.map(lambda r: (1 - 1 / r) * 100) if est else None,
+                         OVERHEAD_WHY if cmp else f"{OVERHEAD_WHY.split(':')[0]}; {why}")
+    return [saved] + [lesson.check(key, est.map(f) if est else None, note if cmp else why, measurement="train-step")
+                      for key, f, note in TRAINING]
 
 
 def check_modes(lesson: Any, sweep: Sequence[ModeTiming]) -> list[Claim]:

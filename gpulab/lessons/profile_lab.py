@@ -355,11 +355,12 @@ def _guide_rounds(step: Callable[[], Any], round_steps: int, rounds: int, flops_
 # -- the tools on the case study's final loop ------------------------------------------------------------
 
 def case_study_trainer(*, small: bool, device: Any = None) -> Any:
-    """Notebook 08's final training loop (GPT-2 small, BF16 weights, fused AdamW, cuDNN/flash attention, the
-    fused loss, DataLoader workers, torch.compile), as an open `training.Trainer`; a tiny GPT without
-    compile when `small`. Close it when done."""
+    """Notebook 08's final training loop (its GPT, BF16 weights, fused AdamW, cuDNN/flash attention, the fused
+    loss, DataLoader workers, torch.compile), as an open `training.Trainer`; a tiny GPT without compile when
+    `small`. Close it when done."""
     from .. import training as T
     from ..device import get_device
+    from .case_study_lesson import FINAL_BATCH, MODEL_SHAPE
     from .measuring_lab import optimised_config
     from ..workloads import ByteTokenizer, GPTConfig, build_text_corpus
 
@@ -369,8 +370,8 @@ def case_study_trainer(*, small: bool, device: Any = None) -> Any:
         cfg = optimised_config(model, batch_size=4, grad_accum=2, num_workers=0, compile=False, device=dev)
         text = build_text_corpus(300_000)
     else:
-        model = GPTConfig(vocab_size=50257, n_layer=12, n_head=12, n_embd=768, block_size=1024)
-        cfg = optimised_config(model, batch_size=32, grad_accum=2, num_workers=4, compile=dev.is_cuda, device=dev)
+        model = GPTConfig(**MODEL_SHAPE)
+        cfg = optimised_config(model, **FINAL_BATCH, compile=dev.is_cuda, device=dev)
         text = build_text_corpus(4_000_000)
     tokens = ByteTokenizer(model.vocab_size).encode(text, dtype=torch.uint8)
     return T.Trainer(cfg, tokens, dev.torch_device)
