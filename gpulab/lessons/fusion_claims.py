@@ -144,9 +144,10 @@ def check_fusions(lesson: Any, fusion_k: dict[str, tuple[Any, Any, str]]) -> lis
 
 # "Fusion of opponent processing" names one module of arr-coc's model: how much of a module's time compiling
 # removes depends on its mix of matmuls and memory-bound ops, so that number belongs to that module.
-OVERHEAD_WHY = ("arr-coc's opponent-processing module: one component of another model, whose share of fusible, "
-                "memory-bound work sets the saving. The value shown is our GPT training step's time saved by "
-                "compiling, % of the eager step (default mode, the interval of the interleaved rounds)")
+OVERHEAD_SYSTEM = "arr-coc's opponent-processing module"
+OVERHEAD_WHY = (f"{OVERHEAD_SYSTEM}: one component of another model, whose share of fusible, memory-bound work sets "
+                "the saving. The value shown is our GPT training step's time saved by compiling, % of the eager step "
+                "(default mode, the interval of the interleaved rounds)")
 
 
 def check_training(lesson: Any, cmp: Any, why: str | None) -> list[Claim]:
@@ -155,7 +156,7 @@ def check_training(lesson: Any, cmp: Any, why: str | None) -> list[Claim]:
     the share of the step saved."""
     est = cmp.estimate() if cmp is not None else None
     saved = other_system(lesson, "overhead", est.map(lambda r: (1 - 1 / r) * 100) if est else None,
-                         OVERHEAD_WHY if cmp else f"{OVERHEAD_WHY.split(':')[0]}; {why}")
+                         OVERHEAD_WHY if cmp else f"{OVERHEAD_SYSTEM}; {why}")
     return [saved] + [lesson.check(key, est.map(f) if est else None, note if cmp else why, measurement="train-step")
                       for key, f, note in TRAINING]
 

@@ -17,9 +17,8 @@ from .fusion_claims import (CLAIMS, INFER_NAME, TRAIN_NAME, check_add_relu_mul, 
 from .measuring_lesson import source
 
 __all__ = ["SMOKE_SIZES", "PARAMS", "CLAIMS", "TRAIN_NAME", "INFER_NAME", "Phases", "use_sizes", "source",
-           "setup_note", "compile_skip", "check_add_relu_mul", "chain_bandwidth", "chain_bandwidth_note", "broadcast_note",
-           "check_gelu",
-           "gelu_bandwidth", "bandwidth_figure",
+           "setup_note", "compile_skip", "check_add_relu_mul", "chain_bandwidth", "chain_bandwidth_note",
+           "broadcast_note", "check_gelu", "gelu_bandwidth", "bandwidth_figure",
            "gelu_report", "count_fusion", "fusion_list", "check_fusions", "check_training", "training_report",
            "utilization_figures", "mfu_figure", "graph_report", "mode_cap", "modes_table_html", "modes_figure",
            "check_modes", "modes_summary", "gelu_panel", "other_system", "record_the_rest"]
@@ -69,7 +68,7 @@ def compile_skip(lesson: Any, smoke_why: str) -> str | None:
     return lesson.missing("compiler") or (smoke_why if lesson.small else None)
 
 
-# ---------------------------------------------------------------- section 2: the guide's GELU
+# ---------------------------------------------------------------- section 1: the add-relu-mul chain
 
 
 def chain_bandwidth(traffic: Any, cmp: Any, copy_gbs: float | None) -> dict[str, float | None]:
@@ -102,6 +101,9 @@ def broadcast_note(cmp_plain: Any, bw_plain: dict[str, float | None], cmp_cols: 
             f"{_gbs(e1)}, so {drop(e2, e1)}) and the fused kernel {_gbs(f2)} (with numbers: {_gbs(f1)}, "
             f"{drop(f2, f1)}). The difference in speedup is the eager kernels' index work, not bytes: the byte ratio "
             "is about 3 in both.")
+
+
+# ---------------------------------------------------------------- section 2: the guide's GELU
 
 
 def gelu_bandwidth(traffic: Any, cmp_lib: Any, cmp_gelu: Any, copy_gbs: float) -> dict[str, float]:
