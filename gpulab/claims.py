@@ -174,6 +174,8 @@ class Claim:
     side: str | None = None
     note: str = ""
     measurement: str | None = None  # an id shared by claims that reuse one measurement
+    key: str = ""  # a stable id ("07.bf16_speed"): runs, summaries and tests match claims on it, never on wording
+    quote: str = ""  # the source's own words, verbatim; `text` may shorten them
 
     def __post_init__(self):
         for name in ("low", "high"):
@@ -248,7 +250,7 @@ class Claim:
                 "unit": self.unit, "measured": self.measured,
                 "interval": list(self.interval) if self.interval else None, "verdict": self.verdict,
                 "side": self.side, "evidence": self.evidence, "source": self.source, "note": self.note,
-                "measurement": self.measurement}
+                "measurement": self.measurement, "key": self.key, "quote": self.quote}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Claim:

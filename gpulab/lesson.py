@@ -94,6 +94,7 @@ class ClaimSpec:
     source: str = ""
     evidence: str = "measured"
     needs: tuple[str, ...] = ()
+    quote: str = ""  # the guide's words verbatim; `text` may be a shorter label of them
 
     def __post_init__(self):
         if not self.key or not isinstance(self.key, str):
@@ -103,9 +104,12 @@ class ClaimSpec:
             raise ValueError(f"claim {self.key!r}: needs={unknown}; allowed: {', '.join(sorted(NEEDS))}")
         self.new()  # the band and the evidence kind are checked where a Claim checks them
 
-    def new(self) -> Claim:
+    def new(self, notebook: str = "") -> Claim:
+        """A fresh Claim of this spec, keyed "NN.key" after its notebook's number (or its name)."""
+        prefix = notebook.split("_", 1)[0] if notebook else ""
         return Claim(self.text, low=self.low, high=self.high, unit=self.unit, source=self.source,
-                     evidence=self.evidence)
+                     evidence=self.evidence, key=f"{prefix}.{self.key}" if prefix else self.key,
+                     quote=self.quote or self.text)
 
 
 def _as_spec(c: ClaimSpec | dict[str, Any]) -> ClaimSpec:
@@ -224,7 +228,7 @@ class Lesson:
         """Judge claim `key` on a measurement (or mark it not tested when this run lacks what it needs); record it."""
         spec = self.spec(key)
         why = self.missing(*spec.needs)
-        claim = spec.new()
+        claim = spec.new(self.name)
         if why:
             claim.untestable(why)
         else:
@@ -234,16 +238,16 @@ class Lesson:
     def not_comparable(self, key: str, proxy: Any = None, reason: str = "", *,
                        measurement: str | None = None) -> Claim:
         """Record claim `key` as belonging to another system, our proxy shown beside it."""
-        return self.result.claim(self.spec(key).new().not_comparable(proxy, reason, measurement=measurement))
+        return self.result.claim(self.spec(key).new(self.name).not_comparable(proxy, reason, measurement=measurement))
 
     def untested(self, key: str, reason: str) -> Claim:
         """Record claim `key` as not tested here, with the reason."""
-        return self.result.claim(self.spec(key).new().untestable(reason))
+        return self.result.claim(self.spec(key).new(self.name).untestable(reason))
 
     def pending(self) -> list[str]:
         """Declared claims not recorded yet (each should end checked, not comparable or not tested)."""
-        done = {c.text for c in self.result.claims}
-        return [k for k, s in self.claims.items() if s.text not in done]
+        done = {c.key for c in self.result.claims}
+        return [k for k in self.claims if self.spec(k).new(self.name).key not in done]
 
     def save(self) -> Any:
         """Mark declared claims that were never reached as not tested, then write the result JSON atomically."""
@@ -263,40 +267,53 @@ class Lesson:
         return (f"{self.device._repr_html_()}<p><b>{self.name}</b> at {'smoke' if self.small else 'full'} sizes: {sizes}<br>{ref}</p>{banner}")
 
 
-def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any], smoke: dict[str, Any] | None = None,
-           claims: Iterable[ClaimSpec | dict[str, Any]] = (), device: DeviceInfo | None = None,
-           show: bool = True) -> Lesson:
+def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None = None,
+           smoke: dict[str, Any] | None = None, claims: Iterable[ClaimSpec | dict[str, Any]] = (),
+           device: DeviceInfo | None = None, show: bool = True) -> Lesson:
     """Start lesson `name`: choose sizes, make its result object, load the reference, declare its claims.
 
-    `namespace` is the notebook's `globals()`: its parameters are checked against the notebook's schema (a
-    wrong type or range stops here, naming the parameter), its SMOKE flag is read, and every parameter in `full`
-    that is None there is set to the smoke or full default and written back, so later cells use it by name.
-    `smoke` overrides `full` at smoke sizes (keys missing from it keep the full value).
+    `namespace` is the notebook's `globals()`. Sizes follow one rule: a parameter the reader set (an edited
+    parameters cell, or `-p NAME VALUE`) is kept as given; one left at None takes its size from the notebook's
+    schema in `gpulab.params` (the smoke size with SMOKE=True or without a CUDA GPU, else the full size), or from
+    `full=` / `smoke=` for a notebook of your own that has no schema. The result is written back into the
+    namespace, so later cells use it by name, then every parameter is checked (a wrong type or range stops here,
+    naming the parameter). The result JSON records the sizes used and which of them the reader gave.
     """
     from .params import SCHEMAS, check_params
 
     if not isinstance(namespace, dict):
         raise ValueError("namespace must be the notebook's globals()")
-    smoke = smoke or {}
+    full, smoke = dict(full or {}), dict(smoke or {})
     extra = sorted(set(smoke) - set(full))
     if extra:
         raise ValueError(f"smoke sizes {extra} have no full size; give each in full= too")
     device = device or get_device()
     small = bool(namespace.get("SMOKE", False)) or not device.is_cuda
-    sizes = {}
-    for key, default in full.items():
+    schema = SCHEMAS.get(name, {})
+    sizes, given = {}, []
+    for key in list(full) + [k for k, p in schema.items() if p.has_default and k not in full]:
         value = namespace.get(key)
-        if value is None:
-            value = smoke.get(key, default) if small else default
+        if value is not None:
+            given.append(key)
+        elif key in full:
+            value = smoke.get(key, full[key]) if small else full[key]
+        else:
+            value = schema[key].size_for(small)
         namespace[key] = sizes[key] = value
-    if name in SCHEMAS:  # every parameter, a reader's and the defaults chosen here, before any work starts
+    if schema:  # every parameter, a reader's and the defaults chosen here, before any work starts
         check_params(namespace, name)
+        if small and not device.is_cuda:
+            import torch
+
+            # Tiny ops on several CPU threads only add synchronization, and noise on a busy machine.
+            torch.set_num_threads(1)
     specs = [_as_spec(c) for c in claims]
     keys = [s.key for s in specs]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
         raise ValueError(f"claim keys {dupes} are declared twice")
     result = NotebookResult(name, smoke=small, device=device, params=dict(sizes))
+    result.params_given = sorted(given)
     out = Lesson(name, device, small, sizes, result, load_reference(name), {s.key: s for s in specs})
     if show:
         try:

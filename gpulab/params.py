@@ -9,21 +9,43 @@ from __future__ import annotations
 
 import ast
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from . import checks
 
 
+_SAME = object()  # "the smoke size is the full size"
+
+
 @dataclass(frozen=True)
 class Param:
-    """One notebook parameter: a checker and a short description of what it accepts."""
+    """One notebook parameter: a checker, a short description of what it accepts, and its sizes.
+
+    The one size convention of the course: a parameter left at None in the notebook's parameters cell takes
+    `default` (the full size) on a CUDA GPU and `smoke` at smoke scale (SMOKE=True or no GPU); any other value,
+    from an edited cell or `-p NAME VALUE`, is the reader's and always wins. `gl.lesson` applies it.
+    """
 
     check: Callable[[str, Any], Any]
     accepts: str
+    default: Any = None
+    smoke: Any = _SAME
 
     def __call__(self, name: str, value: Any) -> Any:
         return self.check(name, value)
+
+    def sized(self, default: Any, smoke: Any = _SAME) -> Param:
+        """This parameter with a full-size default and, where it differs, a smoke size."""
+        return replace(self, default=default, smoke=smoke)
+
+    def size_for(self, small: bool) -> Any:
+        """The value a None takes: the smoke size at smoke scale, else the full-size default."""
+        return self.smoke if small and self.smoke is not _SAME else self.default
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not None or self.smoke is not _SAME
 
 
 def _bool(name: str, value: Any) -> bool:

@@ -104,6 +104,27 @@ def write_json_atomic(path: Path | str, data: Any) -> Path:
     return write_text_atomic(path, text)
 
 
+def code_commit() -> str | None:
+    """The commit this code runs from: $GPULAB_COMMIT where the checkout travelled without .git, else git's HEAD
+    (with "+dirty" when tracked files differ from it), else None."""
+    env = os.environ.get("GPULAB_COMMIT")
+    if env:
+        return env
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 class NotebookResult:
     """Collects what one notebook measured (experiments, claims, extra tables) and saves it as JSON."""
 
@@ -114,6 +135,7 @@ class NotebookResult:
         self.notebook, self.smoke = notebook, bool(smoke)
         self.device = device or get_device()
         self.params = params or {}
+        self.params_given: list[str] = []  # the parameters the reader set; the rest took the notebook's sizes
         self.experiments: list[Comparison] = []
         self.claims: list[Claim] = []
         self.extra: dict[str, Any] = {}
@@ -129,7 +151,8 @@ class NotebookResult:
         """Record a checked claim; returns it for display."""
         if not isinstance(claim, Claim):
             raise ValueError("claim must be a Claim")
-        self.claims = [c for c in self.claims if c.text != claim.text] + [claim]
+        same = (lambda c: c.key == claim.key) if claim.key else (lambda c: c.text == claim.text)
+        self.claims = [c for c in self.claims if not same(c)] + [claim]
         return claim
 
     def record(self, key: str, value: Any) -> Any:
@@ -139,8 +162,8 @@ class NotebookResult:
 
     def to_dict(self) -> dict[str, Any]:
         return _clean({"schema": SCHEMA_VERSION, "notebook": self.notebook, "device": self.device.to_dict(),
-                       "smoke": self.smoke, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                       "params": self.params, "experiments": [c.to_dict() for c in self.experiments],
+                       "smoke": self.smoke, "commit": code_commit(), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                       "params": self.params, "params_given": self.params_given, "experiments": [c.to_dict() for c in self.experiments],
                        "claims": [c.to_dict() for c in self.claims], "extra": self.extra})
 
     def path(self, root: Path | str | None = None) -> Path:

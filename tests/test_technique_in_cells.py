@@ -1,0 +1,108 @@
+"""The technique is written in the cells: each notebook's code cells hold the PyTorch it teaches, so a reader can
+change one line and rerun; and `gpulab/lessons/` stays one small module per notebook that imports no other."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+LESSONS = ROOT / "gpulab" / "lessons"
+
+# Each entry: alternatives separated by "|" (any one must appear in a code cell of the notebook).
+REQUIRED = {
+    "01_measuring": [r"torch\.cuda\.synchronize\(|torch\.cuda\.Event\(", r"time\.time\(\)", r"FlopCounterMode"],
+    "02_tensor_cores": [r"torch\.set_float32_matmul_precision\(", r"torch\.bfloat16", r"torch\.float16",
+                        r"torch\.float32", r"torch\._scaled_mm\(|float8_e4m3fn", r"@|torch\.matmul\(|torch\.mm\("],
+    "03_fusion": [r"torch\.compile\(", r"torch\.cuda\.graph\(|torch\.cuda\.CUDAGraph\("],
+    "04_sync_points": [r"\.item\(\)", r"\.pin_memory\(\)", r"non_blocking=True", r"torch\.cuda\.Stream\("],
+    "05_data_overlap": [r"DataLoader\(", r"num_workers=", r"pin_memory=", r"prefetch_factor=",
+                        r"persistent_workers="],
+    "06_batch_size": [r"find_max_batch_size\(", r"\.backward\(\)", r"ACCUM|accum"],
+    "07_mixed_precision": [r"torch\.autocast\(", r"torch\.amp\.GradScaler\(", r"F\.scaled_dot_product_attention\(",
+                           r"fused=True"],
+    "08_case_study": [r"torch\.autocast\(", r"torch\.compile\(", r"scaled_dot_product_attention\(", r"fused=True"],
+    "09_profiling": [r"torch\.profiler\.profile\(", r"schedule\(|schedule=", r"torch\.cuda\.nvtx\.range",
+                     r"_record_memory_history\("],
+    "10_multi_gpu": [r"DistributedDataParallel\(", r"fully_shard\(", r"dist\.all_reduce\("],
+}
+MAX_LESSON_LINES = 3600
+
+
+def code_cells(name: str) -> str:
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_the_technique_is_written_in_a_code_cell(name):
+    code = code_cells(name)
+    missing = [pattern for pattern in REQUIRED[name] if not re.search(pattern, code)]
+    assert not missing, f"{name}: no code cell writes {missing}"
+
+
+def test_lessons_are_small_and_one_per_notebook():
+    modules = [p for p in LESSONS.glob("*.py") if p.name != "__init__.py"]
+    total = sum(len(p.read_text().splitlines()) for p in LESSONS.glob("*.py"))
+    assert total <= MAX_LESSON_LINES, f"gpulab/lessons/ holds {total} lines (at most {MAX_LESSON_LINES})"
+    assert len(modules) <= len(list(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))), sorted(p.name for p in modules)
+
+
+def test_no_lesson_imports_another():
+    names = {p.stem for p in LESSONS.glob("*.py")} - {"__init__"}
+    for p in LESSONS.glob("*.py"):
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                targets = [mod.rsplit(".", 1)[-1]] if mod else [a.name for a in node.names]
+                if node.level == 1 and not mod:  # from . import x
+                    targets = [a.name for a in node.names]
+                if mod.startswith("gpulab.lessons.") or node.level == 1:
+                    bad = [t for t in targets if t in names and t != p.stem]
+                    assert not bad, f"{p.name} imports the lesson module(s) {bad}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    assert not a.name.startswith("gpulab.lessons."), f"{p.name} imports {a.name}"
+
+
+def test_notebooks_are_nbformat_4_5_with_cell_ids():
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(path.read_text())
+        assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5), path.name
+        assert all(c.get("id") for c in nb["cells"]), f"{path.name}: a cell without an id"
+
+
+def test_one_size_convention():
+    """Every notebook's sizes come from its schema through gl.lesson: no full=/smoke= dicts, no use_sizes."""
+    from _notebook_run import parameters_cell
+
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        code = code_cells(path.stem)
+        assert "use_sizes(" not in code and "use_smoke_sizes(" not in code and "SMOKE_SIZES" not in code, path.name
+        assert not re.search(r"gl\.lesson\([^)]*\bfull=", code), f"{path.name}: sizes passed to gl.lesson by hand"
+        values = parameters_cell(path.stem)
+        assert values.get("SMOKE") is False, path.name
+        from gpulab.params import SCHEMAS
+        schema = SCHEMAS[path.stem]
+        for name, value in values.items():
+            if name != "SMOKE" and schema[name].has_default:
+                assert value is None, f"{path.stem}: {name} = {value!r}; a sized parameter is None in the cell"
+
+
+def test_every_course_claim_quotes_its_source():
+    """Each declared claim carries the source's words verbatim (`quote`) and where they come from (`source`)."""
+    import importlib
+
+    for p in sorted(LESSONS.glob("*.py")):
+        if p.stem == "__init__":
+            continue
+        mod = importlib.import_module(f"gpulab.lessons.{p.stem}")
+        for spec in getattr(mod, "CLAIMS", ()):
+            spec = spec if not isinstance(spec, dict) else type("S", (), spec)
+            assert getattr(spec, "quote", ""), f"{p.stem}: claim {getattr(spec, 'key', '?')} has no quote"
+            assert getattr(spec, "source", ""), f"{p.stem}: claim {getattr(spec, 'key', '?')} has no source"
