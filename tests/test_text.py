@@ -1,0 +1,15 @@
+from gpulab.display.text import pct, plural, ratio, si, sig
+
+
+def test_three_significant_figures_with_si_prefixes():
+    assert si(123_376_394_007.9, "elements/s") == "123 Gelements/s"
+    assert si(2.5e-3, "s") == "2.50 ms"
+    assert si(989e12, "FLOP/s") == "989 TFLOP/s"
+    assert si(None) == "n/a" and si(float("nan"), "s") == "n/a"
+    assert sig(1234.5) == "1,230" and sig(0.012345) == "0.0123"
+
+
+def test_percent_ratio_and_plurals():
+    assert pct(0.4734) == "47.3%" and pct(47.34, scale=1) == "47.3%" and pct(None) == "n/a"
+    assert ratio(7.891) == "7.89x"
+    assert plural(1, "kernel") == "1 kernel" and plural(3, "kernel") == "3 kernels" and plural(2, "pass") == "2 passes"
