@@ -1,33 +1,141 @@
-"""The case study's claims (notebook 08): what carries over from the guide's 8-GPU model to one GPT on one GPU.
+"""Notebook 08 (the case study): its claims as data, the proxies they are judged on, the reference match, figures.
 
-The guide's §8 numbers (and 000's, 003's, 002's) belong to other systems: their absolute utilization, MFU,
-times and speedups are "not comparable" here, shown beside our proxy. What does carry over is tested:
-the direction of each of the guide's four changes (a tokens/s gain whose interval lies above 1), the
-order of magnitude of the one gain the guide states as a speed (torch.compile), the lesson that
-utilization alone cannot tell a slow loop from a fast one, and the course's own floors.
-
-    claims = case_study_claims(steps, gpu=True, device_memory_gb=80)   # steps: ConfigRuns of the waterfall
+The guide's §8 (and 000's, 002's and 003's case-study numbers) were measured on other systems: their absolute
+utilization, MFU, times and speedups are "not comparable" here, shown beside our nearest measurement. What is
+judged: the course's own floors for the optimized loop, the lesson that utilization alone cannot tell a slow loop
+from a fast one, the direction of each of the guide's four steps on our loop, and the loss check.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
-from ..claims import Claim, Estimate, difference, ratio
-from ..device import lookup_peaks
+from ..claims import Estimate, difference, ratio
+from ..display.text import pct, si
 
-VLM = ("the guide's numbers are an 8xA100 vision-language model (Qwen3-VL backbone) that starts data-starved; "
+# One reason per other system, the same words wherever the reason is the same (the claims table groups them).
+VLM = ("arr-coc's vision-language model (Qwen3-VL backbone) on 8×A100, data-starved at the start; "
        "here one GPU trains a GPT from memory")
-SCORER = "000/003's numbers are the same project's relevance scorer on its own GPUs; here one GPU trains a GPT"
-RTX = "002's number is an RTX 3090 fine-tune of Gemma-1B; here another GPU trains a GPT"
-SQRT10 = math.sqrt(10)  # "the same order of magnitude": within a factor sqrt(10) either side
+SCORER = "arr-coc's relevance scorer on its own GPUs; here one GPU trains a GPT"
+RTX = "an RTX 3090 fine-tune of Gemma-1B; here another GPU trains a GPT"
+MIN_GAIN = 1.02  # the smallest tokens/s gain that counts as "speeds the loop up" (ours: the guide states none)
+STEP_FIELDS = {"step1_bf16": "autocast", "step2_data": "num_workers", "step3_batch": "batch_size",
+               "step4_compile": "compile"}
 
 
-def trace_estimate(run: Any, metric: str) -> Estimate | None:
-    """A monitored metric over a run's window with the quartiles of its samples as the interval; None where
-    the metric was not recorded."""
-    trace = getattr(run, "trace", None)
-    return trace.estimate(metric) if trace is not None else None
+def _c(key, text, quote, source, low=None, high=None, unit="%", evidence="measured"):
+    return dict(key=key, text=text, quote=quote, source=source, low=low, high=high, unit=unit, evidence=evidence)
+
+
+S8, S81, S82, S83, S84 = "guide §8", "guide §8.1", "guide §8.2", "guide §8.3", "guide §8.4"
+# Judged here: the target, the floors, the direction of each step, the loss check.
+JUDGED = [
+    _c("naive_util_target", "Utilization alone cannot tell slow from fast: the naive loop already meets the 90%+ "
+       "GPU utilization target", "Target: 90%+ GPU utilization", S8, 90, None),
+    _c("naive_mfu_low", "... while its MFU is under 10% of the dense BF16 peak (the target is 60%+)",
+       "with 60%+ MFU", S8, None, 10),
+    _c("util_flat", "NVML utilization of the naive and the optimized loop differs by less than the +5 points the "
+       "guide counts as a gain (87% -> 92%)", "MFU accounts for actual model compute, not just raw GPU activity",
+       "guide overview", -5, 5, "points"),
+    _c("floor_speedup", "Benchmark floor: the optimized loop is at least 10x faster than the naive one (tokens/s)",
+       "course benchmark floor: the optimized loop at least 10x the naive loop's tokens/s", "course target",
+       10, None, "x"),
+    _c("floor_mfu", "Benchmark floor: the optimized loop reaches at least 50% MFU (datasheet dense BF16)",
+       "course benchmark floor: at least 50% MFU for the optimized loop", "course target", 50, None),
+    _c("step1_bf16", "Step 1, BF16 mixed precision, speeds the loop up (tokens/s gain >= 1.02x)",
+       "Step 1: Enable mixed precision", S82 + " (direction)", MIN_GAIN, None, "x"),
+    _c("step2_data", "Step 2, more DataLoader workers + pinned memory, speed the loop up (tokens/s gain >= 1.02x)",
+       "Step 2: Optimize data loading", S82 + " (direction)", MIN_GAIN, None, "x"),
+    _c("step3_batch", "Step 3, a larger batch, speeds the loop up (tokens/s gain >= 1.02x)",
+       "Step 3: Increase batch size", S82 + " (direction)", MIN_GAIN, None, "x"),
+    _c("step4_compile", "Step 4, torch.compile, speeds the loop up (tokens/s gain >= 1.02x)",
+       "Step 4: Enable torch.compile", S82 + " (direction)", MIN_GAIN, None, "x"),
+    _c("same_loss", "The optimized loop converges like the naive FP32 one (loss within ±2% after the same steps)",
+       "Same convergence as FP32 (with proper loss scaling)", "guide §7.1", -2, 2),
+    _c("a100_peak", "A100 BF16 dense peak: 312 TFLOP/s (the tracker's yardstick)", "device_peak_flops=312e12      # A100 BF16", S84, 312, 312,
+       "TFLOP/s", "datasheet"),
+]
+# Measured on another system: (key, text, quote, source, low, high, unit, our proxy, why).
+OTHER = [
+    ("util_start", "GPU utilization starts at 65% (baseline)", "# GPU Utilization: 65% (poor)", S81, 60, 70, "%",
+     "util:first", VLM),
+    ("idle_data", "Baseline: 35% of the time idle, waiting for data",
+     "Data loading: 35% idle time waiting for CPU (need more workers)", S81, 30, 40, "%", "idle:first", VLM),
+    ("mem_util_start", "Baseline memory-controller utilization 48%", "# Memory Utilization: 48%", S81, 43, 53, "%",
+     "mem_util:first", VLM),
+    ("memory_start", "Baseline uses only 40% of GPU memory", "Batch size: Only using 40% of GPU memory (can increase)",
+     S81, 35, 45, "%", "memory_share:first", VLM),
+    ("mfu_start", "MFU ~22% before optimization", "# MFU estimate: ~22% (very low)", S81, 19, 25, "%", "mfu:first",
+     VLM),
+    ("util_bf16", "BF16 mixed precision: GPU util 65% -> 78% (+13 points)",
+     "# Result: GPU util 65% → 78% (Tensor Cores engaged!)", S82, 10, 16, "points", "delta:autocast", VLM),
+    ("util_data", "More workers + pinned memory: GPU util 78% -> 87% (+9 points)",
+     "# Result: GPU util 78% → 87% (reduced data starvation)", S82, 6, 12, "points", "delta:num_workers", VLM),
+    ("util_batch", "Larger batch: GPU util 87% -> 92% (+5 points)",
+     "# Result: GPU util 87% → 92% (better kernel efficiency)", S82, 3, 7, "points", "delta:batch_size", VLM),
+    ("memory_batch8", "Batch 8 per GPU uses 75% of GPU memory", "# New: batch_size: 8 (per GPU, uses 75% of 80GB)",
+     S82, 70, 80, "%", "memory_share:last", VLM),
+    ("compile_speedup", "torch.compile: 15-25% speedup", "# First iteration slow (compilation), then 15-25% speedup",
+     S82, 1.15, 1.25, "x", "gain:compile", VLM),
+    ("util_compile", "torch.compile: GPU util 92% -> 95% (+3 points)",
+     "# Result: GPU util 92% → 95% (fused kernels, CUDA graphs)", S82, 1, 5, "points", "delta:compile", VLM),
+    ("util_end", "GPU utilization reaches 95% (optimized)", "# GPU Utilization: 95% (excellent!)", S83, 92, 98, "%",
+     "util:last", VLM),
+    ("mem_util_end", "Memory-controller utilization 72% (optimized)", "# Memory Utilization: 72%", S83, 67, 77, "%",
+     "mem_util:last", VLM),
+    ("throughput", "Throughput 3.75x faster (12 -> 45 samples/s; 18 h -> 4.8 h per epoch)",
+     "# Training throughput: 45 samples/s (3.75× faster)", S83, 3.5, 4.0, "x", "speedup", VLM),
+    ("mfu_end", "MFU ~58% after optimization (2.64x the baseline's)", "# MFU estimate: ~58% (good for multi-GPU VLM)",
+     S83, 53, 63, "%", "mfu:last", VLM),
+    ("memory_growth", "Memory 32 GB -> 58 GB (1.8x)", "Memory Usage            | 32 GB    | 58 GB     | Better "
+     "utilization", S83, 1.7, 1.9, "x", "memory_ratio", VLM),
+    ("tflop_step", "5.1 TFLOP per training step (forward + backward)", "# 5.1 TFLOPs (fwd+bwd)", S84, 4.6, 5.6,
+     "TFLOP", "tflop_per_step", VLM),
+    ("util_000", "GPU utilization 65% -> 88% (optimized)", "- GPU Utilization: 65% → 88% (+35% relative)",
+     "000 summary", 85, 91, "%", "util:last", SCORER),
+    ("mfu_000_before", "MFU ~18% before", "- MFU: ~18% → ~32% (+78% relative)", "000 summary", 15, 21, "%",
+     "mfu:first", SCORER),
+    ("mfu_000_after", "MFU ~32% after", "- MFU: ~18% → ~32% (+78% relative)", "000 summary", 29, 35, "%",
+     "mfu:last", SCORER),
+    ("iteration_000", "1.6x iteration speedup (450 ms -> 280 ms; 12.6 h -> 7.8 h)",
+     "- Iteration Time: 450ms → 280ms (1.6× speedup)", "000 summary", 1.5, 1.7, "x", "speedup", SCORER),
+    ("tensor_000_before", "Tensor Core active 45% before", "- Tensor Core Active: 45% → 75% (+67% relative)",
+     "000 summary", 40, 50, "%", "tensor:first", SCORER),
+    ("tensor_000_after", "Tensor Core active 75% after", "- Tensor Core Active: 45% → 75% (+67% relative)",
+     "000 summary", 70, 80, "%", "tensor:last", SCORER),
+    ("iteration_003", "85 ms -> 34 ms per iteration (2.5x)",
+     "- Final result: 85ms → 34ms per iteration (2.5× total speedup)", "003 profiling notes", 2.3, 2.7, "x",
+     "speedup", SCORER),
+    ("util_003_before", "GPU utilization 62% before", "- GPU utilization: 62% → 89%", "003 profiling notes", 57, 67,
+     "%", "util:first", SCORER),
+    ("util_003_after", "GPU utilization 89% after", "- GPU utilization: 62% → 89%", "003 profiling notes", 84, 94,
+     "%", "util:last", SCORER),
+    ("data_003", "Data loading 45 ms -> 8 ms (5.6x)", "1. Data loading: 45ms → 8ms (5.6× speedup)",
+     "003 profiling notes", 5.0, 6.2, "x", "gain:num_workers", SCORER),
+    ("fusion_003", "Kernel fusion 2.5 ms -> 0.9 ms (2.8x)", "2. Kernel fusion: 2.5ms → 0.9ms (2.8× speedup)",
+     "003 profiling notes", 2.5, 3.1, "x", "gain:compile", SCORER),
+    ("precision_003", "Mixed precision 2.3 ms -> 1.1 ms (2.1x)", "3. Mixed precision: 2.3ms → 1.1ms (2.1× speedup)",
+     "003 profiling notes", 1.9, 2.3, "x", "gain:autocast", SCORER),
+    ("rtx_4x", "~4x faster than baseline after all optimizations", "Expected speedup: ~4x faster than baseline.",
+     "002 optimization review", 3.5, 4.5, "x", "speedup", RTX),
+]
+CLAIMS = JUDGED + [_c(k, t, q, s, lo, hi, u, "arithmetic" if k == "tflop_step" else "measured")
+                   for k, t, q, s, lo, hi, u, _, _ in OTHER]
+PROXY = {k: (proxy, why) for k, *_, proxy, why in OTHER}
+
+# What must be equal for the reference run's numbers to be this run's model and loop (issue: n_layer alone is not).
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "seq_len", "vocab_size", "naive_batch", "batch_size", "grad_accum",
+              "workers", "fused_loss", "bf16_weights", "compile")
+
+
+def same_shape(ref: dict[str, Any] | None, params: dict[str, Any]) -> bool:
+    """Whether a reference result trained the same GPT with the same loop as `params` (this run's sizes): every
+    one of SHAPE_KEYS equal (keys compared case-insensitively: older results record them lower-case), and the
+    reference a full-size run. A key missing on either side is a mismatch."""
+    if not ref or ref.get("smoke"):
+        return False
+    theirs = {k.lower(): v for k, v in (ref.get("params") or {}).items()}
+    ours = {k.lower(): v for k, v in params.items()}
+    return all(k in theirs and k in ours and theirs[k] == ours[k] for k in SHAPE_KEYS)
 
 
 def step_with(steps: list[Any], field: str) -> tuple[Any, Any]:
@@ -39,38 +147,25 @@ def step_with(steps: list[Any], field: str) -> tuple[Any, Any]:
 
 
 class Proxies:
-    """The measured quantities the claims use, by name, each an Estimate or None (and its measurement id)."""
+    """This run's measured quantities by name ("util:first", "gain:compile", "speedup"...), each an Estimate or
+    None, with the measurement id that claims sharing it record."""
 
     def __init__(self, steps: list[Any], device_memory_gb: float | None = None):
         if not steps:
             raise ValueError("steps must hold at least the naive and the final configuration")
-        self.steps, self.first, self.last = steps, steps[0], steps[-1]
-        self.device_memory_gb = device_memory_gb
+        self.steps, self.first, self.last, self.device_memory_gb = steps, steps[0], steps[-1], device_memory_gb
 
-    def tokens(self, s: Any) -> Estimate:
-        return s.tokens_per_s_estimate()
+    def util(self, s: Any, metric: str = "nvml_util") -> Estimate | None:
+        trace = getattr(s.run, "trace", None)
+        return trace.estimate(metric) if trace is not None else None
 
     def gain(self, field: str) -> Estimate | None:
         s, p = step_with(self.steps, field)
-        return ratio(self.tokens(s), self.tokens(p)) if s is not None else None
-
-    def util(self, s: Any, metric: str = "nvml_util") -> Estimate | None:
-        return trace_estimate(s.run, metric)
-
-    def util_delta(self, field: str) -> Estimate | None:
-        s, p = step_with(self.steps, field)
-        return difference(self.util(s), self.util(p)) if s is not None else None
+        return ratio(s.tokens_per_s_estimate(), p.tokens_per_s_estimate()) if s is not None else None
 
     def mfu_pct(self, s: Any) -> Estimate | None:
         est = s.mfu_estimate()
         return est.map(lambda v: v * 100) if est else None
-
-    def speedup(self) -> Estimate:
-        return ratio(self.tokens(self.last), self.tokens(self.first))
-
-    def memory_ratio(self) -> Estimate | None:
-        a, b = self.last.peak_memory_gb, self.first.peak_memory_gb
-        return Estimate.exact(a / b) if a and b else None  # the allocator's peak: the same in every run
 
     def memory_share(self, s: Any) -> Estimate | None:
         if not (s.peak_memory_gb and self.device_memory_gb):
@@ -78,133 +173,118 @@ class Proxies:
         return Estimate.exact(100 * s.peak_memory_gb / self.device_memory_gb)
 
     def get(self, key: str) -> tuple[Estimate | None, str]:
-        """(estimate, measurement id) for a key such as "util:first", "gain:compile", "speedup"."""
         kind, _, arg = key.partition(":")
         which = {"first": self.first, "last": self.last}
+        s = which.get(arg)
+        first, last = self.first, self.last
+
+        def delta():
+            a, b = step_with(self.steps, arg)
+            return difference(self.util(a), self.util(b)) if a is not None else None
+
         table: dict[str, Callable[[], Estimate | None]] = {
-            "speedup": self.speedup, "memory_ratio": self.memory_ratio,
-            "util": lambda: self.util(which[arg]), "mem_util": lambda: self.util(which[arg], "nvml_mem_util"),
-            "tensor": lambda: self.util(which[arg], "gpm_tensor_active"), "mfu": lambda: self.mfu_pct(which[arg]),
-            "idle": lambda: (lambda u: u.map(lambda v: 100 - v) if u else None)(self.util(which[arg])),
-            "gain": lambda: self.gain(arg), "gain_pct": lambda: (lambda g: g.map(lambda v: (v - 1) * 100)
-                                                                   if g else None)(self.gain(arg)),
-            "delta": lambda: self.util_delta(arg), "memory_share": lambda: self.memory_share(which[arg]),
-            "util_ends": lambda: difference(self.util(self.last), self.util(self.first)),
-            "tflop_per_step": lambda: Estimate.exact(self.last.config.flops_per_token()
-                                                     * self.last.config.tokens_per_step / 1e12)}
+            "speedup": lambda: ratio(last.tokens_per_s_estimate(), first.tokens_per_s_estimate()),
+            "memory_ratio": lambda: (Estimate.exact(last.peak_memory_gb / first.peak_memory_gb)
+                                     if last.peak_memory_gb and first.peak_memory_gb else None),
+            "util": lambda: self.util(s), "mem_util": lambda: self.util(s, "nvml_mem_util"),
+            "tensor": lambda: self.util(s, "gpm_tensor_active"), "mfu": lambda: self.mfu_pct(s),
+            "idle": lambda: (lambda u: u.map(lambda v: 100 - v) if u else None)(self.util(s)),
+            "gain": lambda: self.gain(arg), "delta": delta, "memory_share": lambda: self.memory_share(s),
+            "util_ends": lambda: difference(self.util(last), self.util(first)),
+            "tflop_per_step": lambda: Estimate.exact(last.config.flops_per_token() * last.config.tokens_per_step
+                                                     / 1e12)}
         if kind not in table:
             raise ValueError(f"unknown proxy {key!r}")
-        mid = {"idle": "util", "gain_pct": "gain"}.get(kind, kind) + (f":{arg}" if arg else "")
-        return table[kind](), mid
+        return table[kind](), {"idle": "util"}.get(kind, kind) + (f":{arg}" if arg else "")
 
 
-# (text, low, high, unit, source, proxy key, why not comparable)
-OTHER_SYSTEMS: list[tuple[str, float | None, float | None, str, str, str, str]] = [
-    ("GPU utilization starts at 65% (baseline)", 60, 70, "%", "guide §8.1/§8.3", "util:first", VLM),
-    ("Baseline: 35% of the time idle, waiting for data", 30, 40, "%", "guide §8.1", "idle:first", VLM),
-    ("Baseline memory-controller utilization 48%", 43, 53, "%", "guide §8.1", "mem_util:first", VLM),
-    ("Baseline uses only 40% of GPU memory", 35, 45, "%", "guide §8.1", "memory_share:first", VLM),
-    ("MFU ~22% before optimization", 19, 25, "%", "guide §8.1/§8.3", "mfu:first", VLM),
-    ("BF16 mixed precision: GPU util 65% -> 78% (+13 points)", 10, 16, "points", "guide §8.2 step 1",
-     "delta:autocast", VLM),
-    ("More workers + pinned memory: GPU util 78% -> 87% (+9 points)", 6, 12, "points", "guide §8.2 step 2",
-     "delta:num_workers", VLM),
-    ("Larger batch: GPU util 87% -> 92% (+5 points)", 3, 7, "points", "guide §8.2 step 3", "delta:batch_size", VLM),
-    ("Batch 8 per GPU uses 75% of GPU memory", 70, 80, "%", "guide §8.2 step 3", "memory_share:last", VLM),
-    ("torch.compile: 15-25% speedup", 1.15, 1.25, "x", "guide §8.2 step 4", "gain:compile", VLM),
-    ("torch.compile: GPU util 92% -> 95% (+3 points)", 1, 5, "points", "guide §8.2 step 4", "delta:compile", VLM),
-    ("GPU utilization reaches 95% (optimized)", 92, 98, "%", "guide §8.3", "util:last", VLM),
-    ("Memory-controller utilization 72% (optimized)", 67, 77, "%", "guide §8.3", "mem_util:last", VLM),
-    ("Throughput 3.75x faster (12 -> 45 samples/s; 18 h -> 4.8 h per epoch)", 3.5, 4.0, "x", "guide §8.3",
-     "speedup", VLM),
-    ("MFU ~58% after optimization (2.64x the baseline's)", 53, 63, "%", "guide §8.3", "mfu:last", VLM),
-    ("Memory 32 GB -> 58 GB (1.8x)", 1.7, 1.9, "x", "guide §8.3", "memory_ratio", VLM),
-    ("GPU utilization 65% -> 88% (optimized)", 85, 91, "%", "000 summary", "util:last", SCORER),
-    ("MFU ~18% before", 15, 21, "%", "000 summary", "mfu:first", SCORER),
-    ("MFU ~32% after", 29, 35, "%", "000 summary", "mfu:last", SCORER),
-    ("1.6x iteration speedup (450 ms -> 280 ms; 12.6 h -> 7.8 h)", 1.5, 1.7, "x", "000 summary", "speedup", SCORER),
-    ("Tensor Core active 45% before", 40, 50, "%", "000 summary", "tensor:first", SCORER),
-    ("Tensor Core active 75% after", 70, 80, "%", "000 summary", "tensor:last", SCORER),
-    ("85 ms -> 34 ms per iteration (2.5x)", 2.3, 2.7, "x", "003 profiling notes", "speedup", SCORER),
-    ("GPU utilization 62% before", 57, 67, "%", "003 profiling notes", "util:first", SCORER),
-    ("GPU utilization 89% after", 84, 94, "%", "003 profiling notes", "util:last", SCORER),
-    ("Data loading 45 ms -> 8 ms (5.6x)", 5.0, 6.2, "x", "003 profiling notes", "gain:num_workers",
-     SCORER + "; notebook 05 tests data loading on its own"),
-    ("Kernel fusion 2.5 ms -> 0.9 ms (2.8x)", 2.5, 3.1, "x", "003 profiling notes", "gain:compile",
-     SCORER + "; notebook 03 tests fusion on its own"),
-    ("Mixed precision 2.3 ms -> 1.1 ms (2.1x)", 1.9, 2.3, "x", "003 profiling notes", "gain:autocast",
-     SCORER + "; notebook 07 tests the ratio on its own"),
-    ("~4x faster than baseline after all optimizations", 3.5, 4.5, "x", "002 optimization review", "speedup", RTX),
-    ("5.1 TFLOP per training step (forward + backward)", 4.6, 5.6, "TFLOP", "guide §8.4", "tflop_per_step",
-     VLM + " (our count: 6N + 12·L·H·Q·T per token, times tokens per step)"),
-]
-
-MIN_GAIN = 1.02  # the smallest tokens/s gain that counts as "speeds the loop up"
-
-# The guide's four changes and the waterfall field that makes each: their direction carries over.
-GUIDE_STEPS = [("Step 1, BF16 mixed precision, speeds the loop up", "guide §8.2 step 1", "autocast"),
-               ("Step 2, more DataLoader workers + pinned memory, speed the loop up", "guide §8.2 step 2",
-                "num_workers"),
-               ("Step 3, a larger batch, speeds the loop up", "guide §8.2 step 3", "batch_size"),
-               ("Step 4, torch.compile, speeds the loop up", "guide §8.2 step 4", "compile")]
+JUDGED_PROXY = {"naive_util_target": "util:first", "naive_mfu_low": "mfu:first", "util_flat": "util_ends",
+                "floor_speedup": "speedup", "floor_mfu": "mfu:last"} | {k: f"gain:{f}" for k, f in STEP_FIELDS.items()}
 
 
-def _judge(claim: Claim, est: Estimate | None, mid: str, note: str, missing: str) -> Claim:
-    return claim.check(est, note=note, measurement=mid) if est is not None else claim.untestable(missing)
-
-
-def case_study_claims(steps: list[Any], *, gpu: bool, device_memory_gb: float | None = None,
-                      not_gpu: str = "needs a CUDA GPU", compile_error: str | None = None) -> list[Claim]:
-    """Every quantitative claim of the case study, judged on the waterfall `steps` (ConfigRuns, naive first).
-
-    Order: the lesson, the floors, the direction of each guide step, compile's order of magnitude, then
-    the other systems' numbers as "not comparable" beside our proxy (measurement ids shared, counted once).
-    """
-    px = Proxies(steps, device_memory_gb)
-    out: list[Claim] = []
-
-    def measured(text, low, high, unit, source, key, note="", missing="not measured in this run"):
-        claim = Claim(text, low=low, high=high, unit=unit, source=source)
-        if not gpu:
-            out.append(claim.untestable(not_gpu))
-            return
-        est, mid = px.get(key)
-        out.append(_judge(claim, est, mid, note, missing))
-
-    measured("Utilization alone cannot tell slow from fast: the naive loop already meets the 90%+ GPU "
-             "utilization target", 90, None, "%", "guide §8 target; NVML", "util:first",
-             "NVML busy over the naive loop's window; interval: quartiles of its samples")
-    measured("... while its MFU is under 10% of the dense BF16 peak (the target is 60%+)", None, 10, "%",
-             "guide §8 target", "mfu:first", "tokens/s over the timed windows, datasheet dense BF16 peak")
-    measured("NVML utilization of the naive and the optimized loop differs by less than the +5 points the guide "
-             "counts as a gain (87% -> 92%)", -5, 5, "points", "guide §8.2 step 3; NVML", "util_ends",
-             "interval: the two windows' sample quartiles crossed")
-    measured("Benchmark floor: the optimized loop is at least 10x faster than the naive one (tokens/s)", 10, None,
-             "x", "course benchmark floor", "speedup", "tokens/s over the timed windows (DataLoader loop)")
-    measured("Benchmark floor: the optimized loop reaches at least 50% MFU (datasheet dense BF16)", 50, None, "%",
-             "course benchmark floor", "mfu:last")
-    for text, source, field in GUIDE_STEPS:
-        missing = ("torch.compile did not run here" + (f": {compile_error}" if compile_error else "")
-                   if field == "compile" else f"no waterfall step changes {field}")
-        # "Speeds up" means a gain worth the name: at least MIN_GAIN. A gain of a fraction of a percent is
-        # neither a speedup to adopt nor one a rerun reproduces, so it refutes the direction, honestly.
-        measured(text + f" (tokens/s gain >= {MIN_GAIN:.2f}x)", MIN_GAIN, None, "x", source + " (direction)",
-                 f"gain:{field}", "tokens/s over the timed windows, against the step before", missing)
-    lo, hi = 15 / SQRT10, 25 * SQRT10
-    measured(f"torch.compile's gain has the guide's order of magnitude (15-25%, within a factor √10: "
-             f"{lo:.1f}-{hi:.0f}%)", lo, hi, "%", "guide §8.2 step 4 (magnitude)", "gain_pct:compile",
-             missing="torch.compile did not run here" + (f": {compile_error}" if compile_error else ""))
-    for text, low, high, unit, source, key, why in OTHER_SYSTEMS:
-        claim = Claim(text, low=low, high=high, unit=unit, source=source,
-                      evidence="arithmetic" if key == "tflop_per_step" else "measured")
-        est, mid = px.get(key)
-        if est is None:
-            out.append(claim.untestable(f"{why}; and no proxy measured here"
-                                        + ("" if gpu else f" ({not_gpu})")))
+def judge_waterfall(lesson: Any, steps: list[Any], *, device_memory_gb: float | None = None,
+                    compile_error: str | None = None) -> list[Any]:
+    """Record every waterfall claim on `lesson`: the judged ones (JUDGED_PROXY) checked, or not tested where this
+    run lacks the GPU or the step; the other systems' numbers not comparable, our proxy beside each. Returns the
+    judged claims, for the verdict lines under the waterfall."""
+    px, out = Proxies(steps, device_memory_gb), []
+    for key, proxy in JUDGED_PROXY.items():
+        est, mid = px.get(proxy)
+        if not lesson.gpu:
+            out.append(lesson.untested(key, "needs a CUDA GPU; see the reference run"))
+        elif est is None:
+            why = ("torch.compile did not run here" + (f": {compile_error}" if compile_error else "")
+                   if key == "step4_compile" else "not measured in this run")
+            out.append(lesson.untested(key, why))
         else:
-            out.append(claim.not_comparable(est, why + ("" if gpu else "; proxy measured on a CPU"), measurement=mid))
+            out.append(lesson.check(key, est, "tokens/s over the timed windows; NVML and MFU intervals: quartiles "
+                                    "of the window's samples", measurement=mid))
+    from ..device import lookup_peaks
+
     a100 = lookup_peaks("A100-SXM4-80GB")
-    out.append(Claim("A100 BF16 dense peak: 312 TFLOP/s (the tracker's yardstick)", low=312, high=312, unit="TFLOP/s",
-                     source="guide §8.4", evidence="datasheet").check(a100.tflops.get("bf16") if a100 else None,
-                                                                      note="gpulab's datasheet table"))
+    lesson.check("a100_peak", a100.tflops.get("bf16") if a100 else None, "gpulab's datasheet table")
+    for key, (proxy, why) in PROXY.items():
+        est, mid = px.get(proxy)
+        lesson.not_comparable(key, est, why if lesson.gpu else why + "; our proxy measured on a CPU",
+                              measurement=mid if est is not None else None)
     return out
+
+
+WATERFALL_COLUMNS = [
+    ("step", "#", None), ("label", "change", None), ("step_ms", "time/step", lambda v: si(v / 1e3, "s")),
+    ("tokens_per_step", "tokens/step", si), ("tokens_per_s", "tokens/s", si),
+    ("tokens_per_s_interval", "tokens/s interval", lambda v: f"{si(v[0])}–{si(v[1])}"),
+    ("gain", "vs previous", lambda v: f"{v:.2f}x"), ("cumulative", "vs naive", lambda v: f"{v:.2f}x"),
+    ("mfu_bf16_peak", "MFU (BF16 peak)", pct), ("matmul_dtype", "matmul dtype", None),
+    ("mfu_own_peak", "MFU (own dtype peak)", pct), ("nvml_util", "GPU busy (NVML)", lambda v: pct(v, 1)),
+    ("gpm_sm_active", "SM active (GPM)", lambda v: pct(v, 1)),
+    ("gpm_tensor_active", "tensor active (GPM)", lambda v: pct(v, 1)),
+    ("peak_memory_gb", "peak memory", lambda v: si(v * 1e9, "B")), ("first_step_s", "first step", lambda v: si(v, "s"))]
+
+
+def waterfall_rows(steps: list[Any]) -> list[dict[str, Any]]:
+    """One row per waterfall step: its measurements, its gain over the step before and over the naive loop."""
+    rows = []
+    for i, s in enumerate(steps):
+        r = s.row()
+        r["step"] = i
+        r["gain"] = s.tokens_per_s / steps[i - 1].tokens_per_s if i else None
+        r["cumulative"] = s.tokens_per_s / steps[0].tokens_per_s
+        rows.append(r)
+    return rows
+
+
+def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: bool, device_name: str) -> None:
+    """Tokens/s after each change and MFU after each change, the reference GPU's beside only when `matches`
+    (same_shape): a reference of another model or loop would be compared with the wrong numbers."""
+    import matplotlib.pyplot as plt
+
+    from ..display import plots
+
+    ref_rows = (ref or {}).get("extra", {}).get("waterfall", []) if matches else []
+    plots.waterfall([(s.label, s.tokens_per_s) for s in steps], title=f"tokens/s after each change ({device_name})",
+                    ref=[(r["label"], r["tokens_per_s"]) for r in ref_rows] or None)
+    plt.show()
+    if steps[0].mfu is None:  # no datasheet peak on a CPU: no MFU bars to draw
+        return
+    ref_mfu = {r["label"]: r.get("mfu_bf16_peak") for r in ref_rows}
+    labels = [s.label for s in steps]
+    plots.bars(labels, [100 * s.mfu for s in steps], ylabel="MFU (% of dense BF16 peak)",
+               title="MFU after each change (one yardstick: the BF16 peak)",
+               ref=[100 * ref_mfu[lb] if ref_mfu.get(lb) is not None else None for lb in labels] if ref_rows else None)
+    plt.show()
+
+
+def loss_figure(naive_losses: list[float], final_losses: list[float]) -> None:
+    """The two loss curves of the written-out steps, one line each (no per-step markers)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    steps = range(1, len(naive_losses) + 1)
+    ax.plot(steps, naive_losses, label="naive step (FP32)", color="#888888")
+    ax.plot(steps, final_losses, label="final step (BF16 autocast, compiled)", color="#1f77b4", ls="--")
+    ax.set(xlabel="optimizer step", ylabel="training loss", title="same weights, same batches: the loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    plt.show()

@@ -360,7 +360,6 @@ def case_study_trainer(*, small: bool, device: Any = None) -> Any:
     `small`. Close it when done."""
     from .. import training as T
     from ..device import get_device
-    from .case_study_lesson import FINAL_BATCH, MODEL_SHAPE
     from .measuring_lab import optimised_config
     from ..workloads import ByteTokenizer, GPTConfig, build_text_corpus
 
@@ -370,8 +369,8 @@ def case_study_trainer(*, small: bool, device: Any = None) -> Any:
         cfg = optimised_config(model, batch_size=4, grad_accum=2, num_workers=0, compile=False, device=dev)
         text = build_text_corpus(300_000)
     else:
-        model = GPTConfig(**MODEL_SHAPE)
-        cfg = optimised_config(model, **FINAL_BATCH, compile=dev.is_cuda, device=dev)
+        model = GPTConfig(**T.CASE_STUDY_MODEL)
+        cfg = optimised_config(model, **T.CASE_STUDY_BATCH, compile=dev.is_cuda, device=dev)
         text = build_text_corpus(4_000_000)
     tokens = ByteTokenizer(model.vocab_size).encode(text, dtype=torch.uint8)
     return T.Trainer(cfg, tokens, dev.torch_device)

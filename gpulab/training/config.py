@@ -19,6 +19,11 @@ _STREAM_LENGTH = 10**12  # the data stream is effectively endless: windows at se
 
 # ---------------------------------------------------------------- configuration
 
+# Notebook 08's GPT at full size, which notebook 09 profiles too: GPT-2 small's depth, heads, context and
+# vocabulary at twice its width (128-wide heads, matmuls big enough for a Hopper GPU's tensor cores), and the final
+# loop's batch. The 08 schema in gpulab.params takes its full sizes from here.
+CASE_STUDY_MODEL = dict(n_layer=12, n_head=12, n_embd=1536, block_size=1024, vocab_size=50257)
+CASE_STUDY_BATCH = dict(batch_size=32, grad_accum=2, num_workers=4)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 

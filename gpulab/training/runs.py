@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +14,7 @@ import torch
 from ..memory import is_oom
 from ..claims import Estimate
 from ..device import DeviceInfo, get_device, synchronize
-from ..timing import benchmark
+from ..timing import benchmark, quantiles
 from .config import TrainConfig, describe, halve_batch
 from .trainer import Trainer, _deprecated
 
@@ -191,3 +193,26 @@ def with_peak(run: Any, peak_tflops: float | None, measured_peak_tflops: float |
     return dataclasses.replace(run, peak_tflops=run.peak_tflops if peak_tflops is None else peak_tflops,
                                measured_peak_tflops=(run.measured_peak_tflops if measured_peak_tflops is None
                                                      else measured_peak_tflops))
+
+
+def loss_gap_estimate(losses: list[float], reference: list[float], window: int | None = None,
+                      min_spread_steps: int = 5) -> Estimate:
+    """Signed gap of a run's final loss to a reference run's on the same batches, in % of the reference.
+
+    The value is the gap of the means of the last `window` steps (default: the last 10%, at least 1). The
+    interval is the quartiles of the step-by-step gaps over the last max(window, `min_spread_steps`) steps
+    (widened to hold the value): a short run's final window of one or two steps would give no spread.
+    Shared by notebook 07 (each precision against FP32) and 08 (the final loop against the naive one).
+    """
+    if not losses or len(losses) != len(reference):
+        raise ValueError(f"losses ({len(losses)}) and reference ({len(reference)}) must be non-empty and equally long")
+    k = max(1, len(losses) // 10) if window is None else window
+    if k < 1 or min_spread_steps < 1:
+        raise ValueError(f"window={k} and min_spread_steps={min_spread_steps} must be positive")
+    n = min(len(losses), max(k, min_spread_steps))
+    a, b = losses[-n:], reference[-n:]
+    if not all(math.isfinite(x) for x in a + b) or min(b) <= 0:
+        raise ValueError("losses must be finite and the reference losses positive")
+    value = (statistics.fmean(a[-k:]) / statistics.fmean(b[-k:]) - 1) * 100
+    q1, _, q3 = quantiles([(x / y - 1) * 100 for x, y in zip(a, b)])
+    return Estimate(value, min(q1, value), max(q3, value))
