@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 
 from ..experiment import Comparison
 from ..monitor import METRICS, Trace
+from .text import si
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
 
@@ -188,7 +189,7 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
     bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1), label="this run")
     for i, (rect, v) in enumerate(zip(bars_, vals)):
         gain = "" if i == 0 or not vals[i - 1] else f"\n{v / vals[i - 1]:.2f}x"
-        ax.annotate(f"{v:,.0f}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), ha="center",
+        ax.annotate(f"{si(v)}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), ha="center",
                     va="bottom", fontsize=7)
     if ref:
         rmap = dict(ref)

@@ -27,15 +27,16 @@ def _c(key, text, quote, source, low=None, high=None, unit="%", evidence="measur
 
 
 S8, S81, S82, S83, S84 = "guide §8", "guide §8.1", "guide §8.2", "guide §8.3", "guide §8.4"
-# Judged here: the target, the floors, the direction of each step, the loss check.
+# Judged here: arr-coc's target on our naive loop (its two halves), the course's floors, lesson and loss check (the
+# guide's "Same convergence as FP32" is notebook 07's), and the direction of each of the guide's four steps.
 JUDGED = [
     _c("naive_util_target", "Utilization alone cannot tell slow from fast: the naive loop already meets the 90%+ "
-       "GPU utilization target", "Target: 90%+ GPU utilization", S8, 90, None),
+       "GPU utilization target", "Target: 90%+ GPU utilization with 60%+ MFU", S8, 90, None),
     _c("naive_mfu_low", "... while its MFU is under 10% of the dense BF16 peak (the target is 60%+)",
-       "with 60%+ MFU", S8, None, 10),
+       "Target: 90%+ GPU utilization with 60%+ MFU", S8, None, 10),
     _c("util_flat", "NVML utilization of the naive and the optimized loop differs by less than the +5 points the "
-       "guide counts as a gain (87% -> 92%)", "MFU accounts for actual model compute, not just raw GPU activity",
-       "guide overview", -5, 5, "points"),
+       "guide counts as a gain (87% -> 92%)", "course lesson: utilization alone cannot tell a slow loop from a fast "
+       "one", "course lesson", -5, 5, "points"),
     _c("floor_speedup", "Benchmark floor: the optimized loop is at least 10x faster than the naive one (tokens/s)",
        "course benchmark floor: the optimized loop at least 10x the naive loop's tokens/s", "course target",
        10, None, "x"),
@@ -50,9 +51,10 @@ JUDGED = [
     _c("step4_compile", "Step 4, torch.compile, speeds the loop up (tokens/s gain >= 1.02x)",
        "Step 4: Enable torch.compile", S82 + " (direction)", MIN_GAIN, None, "x"),
     _c("same_loss", "The optimized loop converges like the naive FP32 one (loss within ±2% after the same steps)",
-       "Same convergence as FP32 (with proper loss scaling)", "guide §7.1", -2, 2),
-    _c("a100_peak", "A100 BF16 dense peak: 312 TFLOP/s (the tracker's yardstick)", "device_peak_flops=312e12      # A100 BF16", S84, 312, 312,
-       "TFLOP/s", "datasheet"),
+       "course check: the speed is not bought with wrong math (the final loop's loss within ±2% of the naive "
+       "loop's after the same steps)", "course check", -2, 2),
+    _c("a100_peak", "A100 BF16 dense peak: 312 TFLOP/s (the tracker's yardstick)",
+       "device_peak_flops=312e12      # A100 BF16", S84, 312, 312, "TFLOP/s", "datasheet"),
 ]
 # Measured on another system: (key, text, quote, source, low, high, unit, our proxy, why).
 OTHER = [
