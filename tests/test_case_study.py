@@ -151,3 +151,13 @@ def test_waterfall_claims_without_a_gpu_are_not_tested():
     c = judged(waterfall(), gpu=False)
     assert all(c[k].verdict == "not tested" for k in CS.JUDGED_PROXY)
     assert all(c[k].verdict == "not comparable" for k in CS.PROXY)
+
+
+def test_loss_gap_estimate_is_signed_with_the_paired_gaps_as_interval():
+    ref = [10.0, 8.0, 6.0, 5.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0]
+    run = [r * 1.01 for r in ref]
+    gap = T.loss_gap_estimate(run, ref)
+    assert gap.value == pytest.approx(1.0) and gap.lo <= gap.value <= gap.hi
+    assert T.loss_gap_estimate(ref, run).value < 0
+    with pytest.raises(ValueError):
+        T.loss_gap_estimate(run[:-1], ref)
