@@ -228,8 +228,11 @@ def _ratio_str(est: Estimate) -> str:
     return f"{est.value:.2f}x" + (f" [{est.lo:.2f}, {est.hi:.2f}]" if est.lo != est.hi else "")
 
 
-def _short(text: str, n: int = 34) -> str:
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+def _short(text: str, n: int = 40) -> str:
+    if len(text) <= n:
+        return text
+    cut = text[: n - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[n // 2:] else cut).rstrip(" :,-") + "…"
 
 
 GAIN_COLORS = {"faster": ("#00798c", "faster (interval above 1)"),
@@ -237,17 +240,23 @@ GAIN_COLORS = {"faster": ("#00798c", "faster (interval above 1)"),
                "slower": ("#b42318", "slower (interval below 1)")}
 
 
-def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 1):
+def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 1,
+                   title: str = ""):
     """What each change gained: the `per_notebook` largest optimisations of each notebook (`gains`) on their
     work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the reference
     GPU's ratio marked beside and a legend for every colour. Demonstrations, implausible ratios and smoke or
-    CPU runs are left out (a smoke run draws a note instead of bars). Sized for about 900 px."""
+    CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
+    control, not a change). Sized for about 900 px."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    rows = [(nb, e, est) for nb, d in sorted(results.items()) for e, est in gains(d)[:per_notebook]]
-    fig, ax = plt.subplots(figsize=(9, 0.42 * max(len(rows), 3) + 1.4))
+    rows = [(nb, e, est) for nb, d in sorted(results.items()) if not nb.startswith("00_")
+            for e, est in gains(d)[:per_notebook]]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * max(len(rows), 3) + 1.6))
+    if title:
+        ax.set_title(title, fontsize=10)
     if not rows:
         why = {not_a_speed_run(d) for d in results.values()} - {None}
         ax.text(0.5, 0.5, "; ".join(sorted(why)) if why else "no optimisation measured", ha="center",
@@ -263,24 +272,34 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
     handles = [Patch(color=GAIN_COLORS[k][0], label=GAIN_COLORS[k][1]) for k in GAIN_COLORS if k in kinds]
     handles.append(Line2D([], [], color="k", marker="|", linestyle="none", markersize=8, label="95% interval"))
     hi = max(est.hi for _, _, est in rows)
+    right = [est.hi for _, _, est in rows]  # where each bar's value label may start
     if reference:
         refgain = {(nb, e["name"]): gain(e).value for nb, d in reference.items() for e in d.get("experiments", [])
                    if not not_a_speed_run(d)}
         pts = [(refgain[(nb, e["name"])], y) for (nb, e, _), y in zip(rows, ys) if (nb, e["name"]) in refgain]
+        for i, ((nb, e, _), y) in enumerate(zip(rows, ys)):
+            if (nb, e["name"]) in refgain:
+                right[i] = max(right[i], refgain[(nb, e["name"])] * 1.08)
         if pts:
             ax.scatter(*zip(*pts), marker="D", s=28, color="#f2a900", edgecolor="k", zorder=3)
             handles.append(Line2D([], [], color="#f2a900", marker="D", markeredgecolor="k", linestyle="none",
                                   label="reference GPU"))
             hi = max(hi, max(p[0] for p in pts))
-    for (_, _, est), y in zip(rows, ys):
-        ax.text(est.hi * 1.06, y, f"{est.value:.2f}x", va="center", fontsize=9)
+    for (_, _, est), y, x in zip(rows, ys, right):
+        ax.text(x * 1.06, y, f"{est.value:.2f}x", va="center", fontsize=9)
+    hi = max(hi, max(right))
     ax.axvline(1, color="k", lw=0.8)
     ax.set_xscale("log")
     lo = min(min(est.lo for _, _, est in rows), 1.0)
     ax.set_xlim(lo / 1.3, hi * 2.2)
+    ax.xaxis.set_major_locator(FixedLocator([t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+                                             if lo / 1.3 <= t <= hi * 2.2]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.set_yticks(ys, [_short(f"{nb[:2]} {e['name']}") for nb, e, _ in rows], fontsize=9)
     ax.set_xlabel("gain: after/before items per second (time ratio when the work is equal), log scale", fontsize=9)
-    ax.legend(handles=handles, fontsize=8, loc="lower right", framealpha=0.9)
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=len(handles),
+              frameon=False)
     ax.grid(axis="x", alpha=0.3, which="both")
     fig.tight_layout()
     return fig
@@ -407,8 +426,8 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     out = Path(out)
     md_path = write_text_atomic(out / "summary.md", "\n".join(md) + "\n")
     with matplotlib.rc_context():
-        fig = summary_figure(results, reference)
-        fig.suptitle(f"gpulab: what each change gained on {device}", fontsize=10)
+        fig = summary_figure(results, reference, title=f"What each optimisation gained on {device} (the largest "
+                             "of each notebook)")
         buf = io.BytesIO()
         fig.savefig(buf, dpi=100, format="png", bbox_inches="tight")
         plt.close(fig)
