@@ -210,11 +210,14 @@ class Comparison:
 
     @property
     def noisy(self) -> bool:
-        """Outside the noise, but the headline interval is wider than 20% of its value (its size is uncertain)."""
+        """Outside the noise, but its size is uncertain: with equal work, a side's spread is over 10% of its
+        median (`Speedup.noisy`); with unequal work, the items/s interval is wider than 20% of its value."""
         if self.within_noise:
             return False
+        if not self.work_differs:
+            return bool(self.speed.noisy)
         h = self.headline()
-        return bool(self.speed.noisy) or (h.hi - h.lo) > 0.2 * h.value
+        return (h.hi - h.lo) > 0.2 * h.value
 
     @property
     def verdict(self) -> str:
@@ -230,7 +233,8 @@ class Comparison:
             if self.within_noise:
                 return f"within noise ({h.value:.2f}x)"
             s = f"{h.value:.2f}x faster" if h.value >= 1 else f"{1 / h.value:.2f}x slower"
-        return f"{s}, noisy (interval over 20%)" if self.noisy else s
+        why = "interval over 20%" if self.work_differs else "spread over 10%"
+        return f"{s}, noisy ({why})" if self.noisy else s
 
     def to_dict(self) -> dict[str, Any]:
         est, h = self.estimate(), self.headline()

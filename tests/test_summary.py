@@ -183,3 +183,14 @@ def test_readme_refuses_a_smoke_or_cpu_run_before_writing_anything(tmp_path, cap
     assert not (folder / "summary.md").exists()
     with pytest.raises(ValueError, match="full-size GPU run"):
         summary.update_readme(readme, folder)
+
+
+def test_the_reference_view_matches_claims_on_their_key():
+    from gpulab.results import ReferenceView
+
+    mine = make_result().to_dict()
+    ref = copy.deepcopy(mine)
+    mine["claims"][0].update(key="01.bf16", text="BF16 autocast is 2-3x faster (reworded)")
+    ref["claims"][0].update(key="01.bf16", verdict="refuted", measured=1.5)
+    rows = [r for r in ReferenceView(mine, ref).rows() if r[0].startswith("claim:")]
+    assert rows == [("claim: BF16 autocast is 2-3x faster (reworded)", "confirmed (2 x)", "refuted (1.5 x)")]
