@@ -110,3 +110,13 @@ def test_scrub_paths_makes_paths_relative():
     assert s("/opt/torch/.venv/lib/python3.12/site-packages/torch/profiler/profiler.py:224") == \
         "torch/profiler/profiler.py:224"
     assert s(f"{os.path.expanduser('~')}/notes.txt").startswith("~/")
+
+
+def test_progress_bar_widgets_vanish_and_other_widgets_become_a_note():
+    outs = html_export.clean_outputs([
+        _bar("HBox(children=(HTML(value=''), FloatProgress(value=0.0, max=7.0), HTML(value='')))"),
+        _bar(" 30%|###       | 3/10 [00:01<00:02,  3.1it/s]"),
+        _bar("HBox(children=(Button(description='run'),))"),
+        nbformat.v4.new_output("stream", name="stdout", text="step 1/3\rstep 2/3\rstep 3/3 done\n")])
+    assert len(outs) == 2 and "interactive control (HBox)" in outs[0]["data"]["text/plain"]
+    assert outs[1]["text"] == "step 3/3 done\n"

@@ -115,13 +115,18 @@ def _shorten(m: re.Match) -> str:
 _ANY_ABS = re.compile(r"(?<![\w.:/~-])/(?:work|workspace|home|root|Users|tmp|mnt|opt|scratch|usr)/[^\s'\"<>,;)\]]*")
 
 
+def scrub_roots(text: str) -> str:
+    """`text` with the repository root and the working folder dropped and the home folder written as ~."""
+    for root, rel in _roots():
+        text = text.replace(root + "/", "" if rel == "." else rel + "/").replace(root, rel)
+    return text
+
+
 def scrub_paths(text: str) -> str:
     """`text` with absolute paths made relative: the repository root and the working folder dropped, the home
     folder as ~, a run folder's `runs/<name>/` dropped, anything else under a system folder shortened (to its part
     inside site-packages, gpulab/, notebooks/ or data/, else its name)."""
-    for root, rel in _roots():
-        text = text.replace(root + "/", "" if rel == "." else rel + "/").replace(root, rel)
-    text = _ANY_ABS.sub(_shorten, text)
+    text = _ANY_ABS.sub(_shorten, scrub_roots(text))
     return _RUN_PATH.sub("", text)
 
 
@@ -158,7 +163,8 @@ def clean_outputs(outputs: list) -> list:
             o["text"] = scrub_paths(text)
         elif kind in ("display_data", "execute_result") and WIDGET_VIEW in o.get("data", {}):
             text = _text(o)
-            if _PROGRESS.search(text) or text.startswith(("HBox(", "FloatProgress(", "IntProgress(")):
+            if _PROGRESS.search(text) or re.match(r"(HBox\(children=\(HTML\(value=[^)]*\), )?(Float|Int)Progress\(",
+                                                  text):
                 continue  # a progress bar: without its kernel it would show frozen at 0%
             o = widget_note(text)
         elif kind in ("display_data", "execute_result"):
@@ -172,10 +178,11 @@ def clean_outputs(outputs: list) -> list:
 
 
 def clean_notebook(nb) -> None:
-    """Remove the page noise from every cell of `nb` in place (`clean_outputs`; paths in sources too)."""
+    """Remove the page noise from every cell of `nb` in place (`clean_outputs`; the repository and home folders
+    in sources too)."""
     for cell in nb.cells:
         src = cell.get("source", "")
-        cell["source"] = scrub_paths("".join(src) if isinstance(src, list) else src)
+        cell["source"] = scrub_roots("".join(src) if isinstance(src, list) else src)
         if cell.get("cell_type") == "code":
             cell["outputs"] = clean_outputs(cell.get("outputs", []))
 
