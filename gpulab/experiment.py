@@ -89,7 +89,8 @@ class RunResult:
         p = self.profile.summary() if self.profile else {}
         return {"label": self.label, "median_ms": self.seconds * 1e3, "iqr_ms": self.measurement.iqr * 1e3,
                 "noisy": self.measurement.noisy, "flops": self.flops, "tflops": self.tflops, "dtype": self.dtype,
-                "peak_tflops": self.peak_tflops, "peak_dtype": self.peak_dtype, "mfu": self.mfu, "mfu_measured_peak": self.mfu_measured_peak,
+                "peak_tflops": self.peak_tflops, "peak_dtype": self.peak_dtype, "mfu": self.mfu,
+                "mfu_measured_peak": self.mfu_measured_peak,
                 "throughput": self.throughput, "item_name": self.item_name, "pipeline": self.pipeline,
                 "nvml_util": self.metric("nvml_util"), "gpm_sm_active": self.metric("gpm_sm_active"),
                 "gpm_tensor_active": self.metric("gpm_tensor_active"), "busy_fraction": p.get("busy_fraction"),

@@ -232,7 +232,8 @@ def add_key_results(nb, data: dict[str, Any]) -> None:
 
     cell = nbformat.v4.new_markdown_cell(key_results_html(data))
     first = nb.cells[0] if nb.cells else None
-    at = 1 if first is not None and first.cell_type == "markdown" and "".join(first.source).lstrip().startswith("#") else 0
+    titled = first is not None and first.cell_type == "markdown" and "".join(first.source).lstrip().startswith("#")
+    at = 1 if titled else 0
     nb.cells.insert(at, cell)
 
 

@@ -140,7 +140,8 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
     """Markdown tables of every before/after and every claim, with the reference beside when given."""
     reference = reference or {}
     ref_col = " | reference speedup" if reference else ""
-    lines = ["| notebook | experiment | kind | speedup (items/s ratio where the work differs) | verdict | MFU before | MFU after | GPU busy before "
+    lines = ["| notebook | experiment | kind | speedup (items/s ratio where the work differs) | verdict | MFU before "
+             "| MFU after | GPU busy before "
              "| GPU busy after" + ref_col + " |", "|" + " --- |" * (9 + bool(reference))]
     for nb, data in sorted(results.items()):
         refs = {e["name"]: e for e in reference.get(nb, {}).get("experiments", [])}
