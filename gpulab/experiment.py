@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from . import checks
 from .claims import Claim, Estimate, as_number, median_interval
+from .display.text import pct, si
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
@@ -136,11 +137,13 @@ def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
 
 
 def _pct(x: float | None, scale: float = 100.0) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.1f}%"
+    """A share for a reader, three significant figures ('47.3%'); 'n/a' for None or NaN."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else pct(x, scale)
 
 
-def _num(x: float | None, fmt: str = "{:,.1f}") -> str:
-    return "n/a" if x is None else fmt.format(x)
+def _num(x: float | None) -> str:
+    """A count or rate for a reader: three significant figures with an SI prefix ('41.0 k'); 'n/a' for None."""
+    return "n/a" if x is None else si(x)
 
 
 @dataclass
@@ -266,7 +269,8 @@ class Comparison:
         if b.throughput or a.throughput:
             rows.append((f"{b.item_name}/s", _num(b.throughput), _num(a.throughput)))
         if b.flops or a.flops:
-            rows.append(("TFLOP/s", _num(b.tflops, "{:,.2f}"), _num(a.tflops, "{:,.2f}")))
+            rows.append(("FLOP/s", _num(None if b.tflops is None else b.tflops * 1e12),
+                         _num(None if a.tflops is None else a.tflops * 1e12)))
             rows.append((self.mfu_label(), _pct(b.mfu), _pct(a.mfu)))
             if b.measured_peak_tflops or a.measured_peak_tflops:
                 rows.append(("MFU (measured peak)", _pct(b.mfu_measured_peak), _pct(a.mfu_measured_peak)))
