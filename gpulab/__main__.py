@@ -87,6 +87,9 @@ def _summary(args: argparse.Namespace) -> int:
                          "<run folder>/results/<gpu>/")
     compare = check_reference_dir(args.compare)
     out = check_out_dir(args.out) if args.out is not None else folder
+    if args.readme:  # refuse a smoke or CPU run before writing anything
+        from .app.summary import check_reference_results, collect
+        check_reference_results(collect(folder)[0], folder)
     md, png = write_summary(folder, out, compare=compare)
     print(md.read_text())
     print(f"figure: {png}")

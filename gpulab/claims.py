@@ -288,36 +288,60 @@ class Claim:
 _COLORS = {"confirmed": "#1a7f37", "refuted": "#b42318", "inconclusive": "#b35900", "not comparable": "#1f4e99"}
 
 
-def claims_table_html(claims: list[Claim] | list[dict[str, Any]], title: str = "") -> str:
-    """Every claim of a lesson in one table: the claim, its band, what we measured and the verdict."""
+def _claim_row(c: Claim) -> str:
     e = html.escape
-    rows = []
-    for c in claims:
-        c = c if isinstance(c, Claim) else Claim.from_dict(c)
-        rows.append(f"<tr><td style='text-align:left'>{e(c.source)}</td><td style='text-align:left'>{e(c.text)}</td>"
-                    f"<td>{e(c.expected)}</td><td>{e(c._measured_str())}</td>"
-                    f"<td style='color:{_COLORS.get(c.verdict, '#666')}'><b>{e(c.label)}</b></td>"
-                    f"<td>{e(c.evidence)}</td><td style='text-align:left'><small>{e(c.note)}</small></td></tr>")
-    head = ("<tr><th>source</th><th>claim</th><th>claimed</th><th>measured [interval]</th><th>verdict</th>"
+    key = f"<br><small><code>{e(c.key)}</code></small>" if c.key else ""
+    return (f"<tr><td style='text-align:left'>{e(c.source)}</td><td style='text-align:left'>{e(c.text)}{key}</td>"
+            f"<td>{e(c.expected)}</td><td>{e(c._measured_str())}</td>"
+            f"<td style='color:{_COLORS.get(c.verdict, '#666')}'><b>{e(c.label)}</b></td>"
+            f"<td>{e(c.evidence)}</td><td style='text-align:left'><small>{e(c.note)}</small></td></tr>")
+
+
+def _grouped_row(reason: str, group: list[Claim]) -> str:
+    e = html.escape
+    items = "".join(f"<li>{f'<code>{e(c.key)}</code> ' if c.key else ''}{e(c.text)}: claimed {e(c.expected)}, "
+                    f"ours {e(c._measured_str())}</li>" for c in group)
+    return (f"<tr><td colspan='7' style='text-align:left'><details><summary>"
+            f"<b style='color:{_COLORS['not comparable']}'>{len(group)} claims not comparable</b>: "
+            f"{e(reason)}</summary><ul>{items}</ul></details></td></tr>")
+
+
+def claims_table_html(claims: list[Claim] | list[dict[str, Any]], title: str = "") -> str:
+    """Every claim of a lesson in one table: the claim (with its key), its band, what we measured and the verdict.
+
+    "Not comparable" claims that share one reason collapse into a single folded row listing them (the reason
+    once, each claim with its key, band and our proxy), where the first of them stood.
+    """
+    e = html.escape
+    cs = [c if isinstance(c, Claim) else Claim.from_dict(c) for c in claims]
+    groups: dict[str, list[Claim]] = {}
+    for c in cs:
+        if c.verdict == "not comparable":
+            groups.setdefault(c.note, []).append(c)
+    rows, done = [], set()
+    for c in cs:
+        group = groups.get(c.note) if c.verdict == "not comparable" else None
+        if group is not None and len(group) > 1:
+            if c.note not in done:
+                done.add(c.note)
+                rows.append(_grouped_row(c.note, group))
+            continue
+        rows.append(_claim_row(c))
+    head = ("<tr><th>source</th><th>claim (key)</th><th>claimed</th><th>measured [interval]</th><th>verdict</th>"
             "<th>evidence</th><th>why / how</th></tr>")
     return (f"<b>{e(title)}</b>" if title else "") + f"<table>{head}{''.join(rows)}</table>"
 
 
 def count_verdicts(claims: list[dict[str, Any]]) -> dict[str, int]:
-    """Verdicts by kind, counting a measurement shared by several claims once (its first claim's verdict).
+    """Verdicts by kind, one count per claim: claims that share a measurement each count with their own verdict
+    (one measurement can confirm one claim and refute another).
 
     Keys: confirmed, refuted_higher, refuted_lower, inconclusive, not comparable, not tested, and
     not_measured (confirmed or refuted by arithmetic, datasheet or definition, counted apart).
     """
     out = {k: 0 for k in ("confirmed", "refuted_higher", "refuted_lower", "inconclusive", "not comparable",
                           "not tested", "not_measured")}
-    seen: set[str] = set()
     for c in claims:
-        mid = c.get("measurement")
-        if mid:
-            if mid in seen:
-                continue
-            seen.add(mid)
         v = c.get("verdict", "not tested")
         if v in ("confirmed", "refuted") and c.get("evidence", "measured") != "measured":
             out["not_measured"] += 1
@@ -328,26 +352,46 @@ def count_verdicts(claims: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
+def match_claims(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[tuple[str, dict, dict]]:
+    """Pairs (id, claim in a, claim in b) of the claims two runs of one notebook share.
+
+    Claims match on their `key` ("07.bf16_speed"), never on wording: a reworded claim keeps its key and still
+    matches, and two claims with one wording but different keys do not. Only when one side is an older file
+    without keys does a claim fall back to matching on its text. The id is the key (else the text).
+    """
+    keyed = {c["key"]: c for c in a if c.get("key")}
+    by_text = {c.get("text"): c for c in a}
+    pairs = []
+    for c in b:
+        key = c.get("key")
+        if key and keyed:
+            other = keyed.get(key)
+        else:  # an older file on one side: its claims have no key
+            other = by_text.get(c.get("text"))
+            if other is not None and key and other.get("key") and other.get("key") != key:
+                other = None
+        if other is not None:
+            pairs.append((key or other.get("key") or c.get("text", ""), other, c))
+    return pairs
+
+
 def agreement(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """How two runs' verdicts agree, claim by claim (matched by notebook and claim text).
+    """How two runs' verdicts agree, claim by claim (matched by notebook and claim key: `match_claims`).
 
     `a` and `b` map a notebook name to its claims (result JSON dicts). Returns the number of claims in
-    both, the share with the same verdict, and the claims confirmed in one run and refuted in the other.
+    both, the share with the same verdict, the claims whose verdict changed and, among them, those
+    confirmed in one run and refuted in the other, each as (notebook, key or text, verdict in a, in b).
     """
     same, both, flips, changed = 0, 0, [], []
     for nb in sorted(set(a) & set(b)):
-        mine = {c["text"]: c for c in a[nb]}
-        for c in b[nb]:
-            other = mine.get(c["text"])
-            if other is None:
-                continue
+        for ident, other, c in match_claims(a[nb], b[nb]):
             both += 1
             va, vb = other.get("verdict"), c.get("verdict")
             if va == vb and (va != "refuted" or other.get("side") == c.get("side")):
                 same += 1
                 continue
-            changed.append((nb, c["text"], va, vb))
+            changed.append((nb, ident, va, vb))
             if {va, vb} == {"confirmed", "refuted"}:
-                flips.append((nb, c["text"], va, vb))
+                flips.append((nb, ident, va, vb))
     return {"claims": both, "same": same, "share_same": same / both if both else None,
             "confirmed_vs_refuted": flips, "changed": changed}

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from . import checks
 from .claims import Claim, Estimate, as_number, median_interval
+from .display.text import pct, si
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
@@ -25,13 +26,14 @@ class RunResult:
     measurement: Measurement
     flops: float | None = None  # per call
     dtype: str | None = None  # the dtype of its matmuls: picks the peak for MFU
-    peak_tflops: float | None = None  # datasheet dense peak for dtype
+    peak_tflops: float | None = None  # datasheet dense peak of `peak_dtype` (default: of dtype)
     measured_peak_tflops: float | None = None
     items: float | None = None  # samples (or tokens) per call, for throughput
     item_name: str = "samples"
     trace: Trace | None = None
     profile: ProfileSummary | None = None
     pipeline: bool = False  # a producer/consumer loop: throughput from the window's wall time, not the median
+    peak_dtype: str | None = None  # the dtype whose peak MFU is measured against, when it is not `dtype`
 
     @property
     def seconds(self) -> float:
@@ -47,8 +49,13 @@ class RunResult:
         return self.flops / self.seconds / 1e12 if self.flops else None
 
     @property
+    def yardstick(self) -> str | None:
+        """The dtype whose peak MFU is measured against: `peak_dtype`, else `dtype`."""
+        return self.peak_dtype or self.dtype
+
+    @property
     def mfu(self) -> float | None:
-        """MFU against the datasheet dense peak for `dtype` (None when that peak is unknown)."""
+        """MFU against the datasheet dense peak of `yardstick` (None when that peak is unknown)."""
         return _mfu(self.flops, self.seconds, self.peak_tflops) if self.flops and self.peak_tflops else None
 
     @property
@@ -76,13 +83,15 @@ class RunResult:
         return Estimate(self.items / m.median, self.items / m.q3, self.items / m.q1)
 
     def metric(self, name: str) -> float | None:
+        """The mean of monitor metric `name` over the timed window (None without a trace or that metric)."""
         return self.trace.mean(name) if self.trace else None
 
     def summary(self) -> dict[str, Any]:
         p = self.profile.summary() if self.profile else {}
         return {"label": self.label, "median_ms": self.seconds * 1e3, "iqr_ms": self.measurement.iqr * 1e3,
                 "noisy": self.measurement.noisy, "flops": self.flops, "tflops": self.tflops, "dtype": self.dtype,
-                "peak_tflops": self.peak_tflops, "mfu": self.mfu, "mfu_measured_peak": self.mfu_measured_peak,
+                "peak_tflops": self.peak_tflops, "peak_dtype": self.peak_dtype, "mfu": self.mfu,
+                "mfu_measured_peak": self.mfu_measured_peak,
                 "throughput": self.throughput, "item_name": self.item_name, "pipeline": self.pipeline,
                 "nvml_util": self.metric("nvml_util"), "gpm_sm_active": self.metric("gpm_sm_active"),
                 "gpm_tensor_active": self.metric("gpm_tensor_active"), "busy_fraction": p.get("busy_fraction"),
@@ -101,6 +110,7 @@ class RunResult:
                    dtype=s.get("dtype"), peak_tflops=s.get("peak_tflops"),
                    measured_peak_tflops=d.get("measured_peak_tflops"), items=d.get("items"),
                    item_name=s.get("item_name", "samples"), pipeline=bool(s.get("pipeline", False)),
+                   peak_dtype=s.get("peak_dtype"),
                    trace=Trace.from_dict(d["trace"]) if d.get("trace") else None,
                    profile=ProfileSummary.from_dict(d["profile"]) if d.get("profile") else None)
 
@@ -127,11 +137,13 @@ def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
 
 
 def _pct(x: float | None, scale: float = 100.0) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.1f}%"
+    """A share for a reader, three significant figures ('47.3%'); 'n/a' for None or NaN."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else pct(x, scale)
 
 
-def _num(x: float | None, fmt: str = "{:,.1f}") -> str:
-    return "n/a" if x is None else fmt.format(x)
+def _num(x: float | None) -> str:
+    """A count or rate for a reader: three significant figures with an SI prefix ('41.0 k'); 'n/a' for None."""
+    return "n/a" if x is None else si(x)
 
 
 @dataclass
@@ -161,6 +173,27 @@ class Comparison:
         """The speedup with its interval (paired rounds, or both sides' quartiles)."""
         return self.speed.estimate()
 
+    @property
+    def work_differs(self) -> bool:
+        """Whether the two sides do different work per call (items per call differ, e.g. batch 4 -> 16)."""
+        b, a = self.before.items, self.after.items
+        return bool(b and a) and abs(a - b) > 1e-9 * max(abs(a), abs(b))
+
+    @property
+    def basis(self) -> str:
+        """What the headline ratio compares: "items/s" when the work per call differs, else "time"."""
+        return "items/s" if self.work_differs else "time"
+
+    def headline(self) -> Estimate:
+        """The work-normalised ratio with its interval: after items/s over before items/s when the items per
+        call differ (the time speedup scaled by the exact ratio of items), else the time speedup (before time /
+        after time). Above 1 the after side does more work per second."""
+        est = self.estimate()
+        if not self.work_differs:
+            return est
+        k = self.after.items / self.before.items
+        return est.map(lambda x: x * k)
+
     def throughput_ratio(self) -> Estimate | None:
         """after throughput / before throughput with its interval (for pipelines: window rates)."""
         b, a = self.before.throughput_estimate(), self.after.throughput_estimate()
@@ -175,17 +208,44 @@ class Comparison:
 
     @property
     def within_noise(self) -> bool:
-        return self.speed.within_noise
+        """Whether the headline ratio's interval holds 1 (no measurable difference)."""
+        h = self.headline()
+        return h.lo <= 1.0 <= h.hi
+
+    @property
+    def noisy(self) -> bool:
+        """Outside the noise, but its size is uncertain: with equal work, a side's spread is over 10% of its
+        median (`Speedup.noisy`); with unequal work, the items/s interval is wider than 20% of its value."""
+        if self.within_noise:
+            return False
+        if not self.work_differs:
+            return bool(self.speed.noisy)
+        h = self.headline()
+        return (h.hi - h.lo) > 0.2 * h.value
 
     @property
     def verdict(self) -> str:
-        return self.speed.verdict
+        """The headline in words: "3.38x faster", "1.14x slower", or with unequal work "tokens/s 3.90x higher";
+        "within noise (...)" only when the headline interval holds 1."""
+        h = self.headline()
+        if self.work_differs:
+            rate = f"{self.after.item_name}/s"
+            if self.within_noise:
+                return f"within noise ({rate} {h.value:.2f}x)"
+            s = f"{rate} {h.value:.2f}x higher" if h.value >= 1 else f"{rate} {1 / h.value:.2f}x lower"
+        else:
+            if self.within_noise:
+                return f"within noise ({h.value:.2f}x)"
+            s = f"{h.value:.2f}x faster" if h.value >= 1 else f"{1 / h.value:.2f}x slower"
+        why = "interval over 20%" if self.work_differs else "spread over 10%"
+        return f"{s}, noisy ({why})" if self.noisy else s
 
     def to_dict(self) -> dict[str, Any]:
-        est = self.estimate()
+        est, h = self.estimate(), self.headline()
         return {"name": self.name, "kind": self.kind, "before": self.before.to_dict(), "after": self.after.to_dict(),
                 "speedup": self.speedup, "speedup_interval": [est.lo, est.hi], "within_noise": self.within_noise,
-                "noisy": self.speed.noisy, "verdict": self.verdict, "device": self.device, "notes": self.notes}
+                "noisy": self.noisy, "verdict": self.verdict, "device": self.device, "notes": self.notes,
+                "ratio": h.value, "ratio_interval": [h.lo, h.hi], "ratio_basis": self.basis}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Comparison:
@@ -193,15 +253,25 @@ class Comparison:
                    device=d.get("device", ""), notes=d.get("notes", []),
                    kind=d.get("kind", "optimisation") if d.get("kind", "optimisation") in KINDS else "optimisation")
 
+    def mfu_label(self) -> str:
+        """The MFU row's name, saying which peak both sides are measured against."""
+        b, a = self.before.yardstick, self.after.yardstick
+        if b and b == a:
+            both = ", both sides" if self.before.dtype != self.after.dtype else ""
+            return f"MFU (datasheet {b.upper()} peak{both})"
+        return "MFU (datasheet peak of each side's dtype)"
+
     def rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, before, after) rows of the comparison's table."""
         b, a = self.before, self.after
         rows = [("time per call", f"{fmt_time(b.seconds)} ± {fmt_time(b.measurement.iqr)}",
                  f"{fmt_time(a.seconds)} ± {fmt_time(a.measurement.iqr)}")]
         if b.throughput or a.throughput:
             rows.append((f"{b.item_name}/s", _num(b.throughput), _num(a.throughput)))
         if b.flops or a.flops:
-            rows.append(("TFLOP/s", _num(b.tflops, "{:,.2f}"), _num(a.tflops, "{:,.2f}")))
-            rows.append(("MFU (datasheet peak)", _pct(b.mfu), _pct(a.mfu)))
+            rows.append(("FLOP/s", _num(None if b.tflops is None else b.tflops * 1e12),
+                         _num(None if a.tflops is None else a.tflops * 1e12)))
+            rows.append((self.mfu_label(), _pct(b.mfu), _pct(a.mfu)))
             if b.measured_peak_tflops or a.measured_peak_tflops:
                 rows.append(("MFU (measured peak)", _pct(b.mfu_measured_peak), _pct(a.mfu_measured_peak)))
         for metric, label in (("nvml_util", "GPU busy, NVML"), ("gpm_sm_active", "SM active, GPM"),
@@ -225,12 +295,13 @@ class Comparison:
         e = html.escape
         body = "".join(f"<tr><td style='text-align:left'>{e(str(k))}</td><td>{e(str(b))}</td><td>{e(str(a))}</td></tr>"
                        for k, b, a in self.rows())
-        color = "#666" if self.within_noise else ("#1a7f37" if self.speedup >= 1 else "#b42318")
-        est = self.estimate()
+        color = "#666" if self.within_noise else ("#1a7f37" if self.headline().value >= 1 else "#b42318")
+        est = self.headline()
+        what = f"{self.after.item_name}/s ratio " if self.work_differs else ""
         notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
         return (f"<div><b>{e(self.name)}</b> on {e(str(self.device))}: "
                 f"<span style='color:{color}'><b>{e(self.verdict)}</b></span> "
-                f"<small>(interval {est.lo:.3g}x–{est.hi:.3g}x; {e(self.kind)})</small>"
+                f"<small>({e(what)}interval {est.lo:.3g}x–{est.hi:.3g}x; {e(self.kind)})</small>"
                 f"<table><tr><th></th><th>{e(self.before.label)}</th><th>{e(self.after.label)}</th></tr>{body}</table>"
                 + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
 
@@ -243,7 +314,7 @@ def default_min_time(device: DeviceInfo) -> float:
 def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = None, dtype: str | None = None,
             items: float | None = None, item_name: str = "samples", min_time_s: float | None = None,
             monitor: bool = True, profile: bool = False, device: DeviceInfo | None = None,
-            peaks: MeasuredPeaks | None = None, pipeline: bool = False) -> RunResult:
+            peaks: MeasuredPeaks | None = None, pipeline: bool = False, peak_dtype: str | None = None) -> RunResult:
     """Time `fn()` under the monitor (and optionally the profiler) and return a RunResult.
 
     Args:
@@ -253,10 +324,14 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
         peaks: measured peaks (from `measure_peaks`) for MFU against a measured peak too.
         pipeline: `fn` pulls from a queue (a DataLoader, a prefetcher): its throughput is items over the
             wall time of the timed window, not items over the median call, which a bursty queue overstates.
+        peak_dtype: measure MFU against this dtype's peak instead of `dtype`'s (one yardstick for two sides).
     """
     device = device or get_device()
     if dtype is not None:
         dtype = check_dtype(dtype)
+    if peak_dtype is not None:
+        peak_dtype = check_dtype(peak_dtype)
+    yard = peak_dtype or dtype
     for pname, v in (("flops", flops), ("items", items), ("min_time_s", min_time_s)):
         if v is not None and (as_number(v) is None or v <= 0):
             raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None)")
@@ -272,9 +347,10 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
         m = benchmark(fn, label=label, min_time_s=min_time_s, device=device.torch_device)
     prof = _profile(fn, steps=3, warmup=0) if profile else None
     return RunResult(label=label or m.label, measurement=m, flops=flops, dtype=dtype,
-                     peak_tflops=device.datasheet_tflops(dtype) if dtype else None,
-                     measured_peak_tflops=peaks.tflops.get(dtype) if peaks and dtype else None,
-                     items=items, item_name=item_name, trace=trace, profile=prof, pipeline=pipeline)
+                     peak_tflops=device.datasheet_tflops(yard) if yard else None,
+                     measured_peak_tflops=peaks.tflops.get(yard) if peaks and yard else None,
+                     items=items, item_name=item_name, trace=trace, profile=prof, pipeline=pipeline,
+                     peak_dtype=peak_dtype if peak_dtype != dtype else None)
 
 
 def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: str,
@@ -285,7 +361,7 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                  min_time_s: float | None = None, monitor: bool = True, profile: bool = False,
                  device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None,
                  interleave: bool = True, rounds: int = 4, round_s: float | None = None, pipeline: bool = False,
-                 kind: str = "optimisation") -> Comparison:
+                 kind: str = "optimisation", peak_dtype: str | None = None) -> Comparison:
     """Run `before` and `after` through the same harness and compare them.
 
     `flops`, `dtype` and `items` apply to both sides unless an `after_*` value is given (e.g. a bf16 after).
@@ -295,6 +371,9 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     round (None: a quarter of `min_time_s`); a big matmul wants whole seconds, so that each round reads the
     sustained, power-limited clock rather than the burst after the other side's window.
     `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches).
+    MFU uses one yardstick for both sides: when the two dtypes differ (FP32 -> BF16), both sides are measured
+    against the after side's peak (or `peak_dtype`'s), so the MFU rises with the speedup; the table says which.
+    With unequal work per call (`after_items`), the headline is the items/s ratio, not the time per call.
     """
     if not name:
         raise ValueError("name must be a non-empty string")
@@ -308,9 +387,12 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     device = device or get_device()
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)
-    b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, **common)
+    a_dtype = after_dtype or dtype
+    if peak_dtype is None and a_dtype is not None and (dtype and check_dtype(dtype)) != check_dtype(a_dtype):
+        peak_dtype = a_dtype  # two dtypes: both sides against the after side's peak
+    b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, peak_dtype=peak_dtype, **common)
     a = measure(after, label=after_label, flops=flops if after_flops is None else after_flops,
-                dtype=after_dtype or dtype, items=items if after_items is None else after_items, **common)
+                dtype=a_dtype, items=items if after_items is None else after_items, peak_dtype=peak_dtype, **common)
     if interleave and rounds:
         round_s = round_s or (min_time_s or default_min_time(device)) / 4
         for i in range(rounds):

@@ -264,7 +264,12 @@ class Lesson:
             "shown beside ours where they exist.</p>")
         ref = (f"reference: {self.reference['device']['name']}" if self.reference and self.reference.get("device")
                else "no reference result for this notebook")
-        return (f"{self.device._repr_html_()}<p><b>{self.name}</b> at {'smoke' if self.small else 'full'} sizes: {sizes}<br>{ref}</p>{banner}")
+        import html as _html
+
+        device = (f"<details><summary>device: {_html.escape(str(self.device.name))} (the details: click)</summary>"
+                  f"{self.device._repr_html_()}</details>")  # once per page, folded: the lesson's header shows it
+        return (f"<p><b>{self.name}</b> at {'smoke' if self.small else 'full'} sizes: {sizes}<br>{ref}</p>"
+                f"{device}{banner}")
 
 
 def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None = None,

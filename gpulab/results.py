@@ -16,6 +16,7 @@ from typing import Any
 
 from .device import DeviceInfo, get_device
 from .experiment import Claim, Comparison
+from .claims import match_claims
 
 SCHEMA_VERSION = 1
 REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on
@@ -269,21 +270,28 @@ class ReferenceView:
     def rows(self) -> list[tuple[str, str, str]]:
         ref = self.reference or {"experiments": [], "claims": []}
         r_exp = {e["name"]: e for e in ref["experiments"]}
-        r_cl = {c["text"]: c for c in ref["claims"]}
         rows = []
         names = [e["name"] for e in self.mine["experiments"]] + [n for n in r_exp if n not in
                                                                   {e["name"] for e in self.mine["experiments"]}]
         m_exp = {e["name"]: e for e in self.mine["experiments"]}
         for n in names:
             rows.append((n, m_exp[n]["verdict"] if n in m_exp else "—", r_exp[n]["verdict"] if n in r_exp else "—"))
-        m_cl = {c["text"]: c for c in self.mine["claims"]}
-        for t in list(m_cl) + [t for t in r_cl if t not in m_cl]:
-            def fmt(c):
-                if not c:
-                    return "—"
-                m = c.get("measured")
-                return f"{c['verdict']}" + ("" if m is None else f" ({m:.3g} {c.get('unit', '')})")
-            rows.append((f"claim: {t}", fmt(m_cl.get(t)), fmt(r_cl.get(t))))
+
+        def fmt(c):
+            if not c:
+                return "—"
+            m = c.get("measured")
+            return f"{c['verdict']}" + ("" if m is None else f" ({m:.3g} {c.get('unit', '')})")
+
+        # claims match on their key ("07.bf16_speed"), on the text only for an older file without keys
+        pairs = match_claims(ref["claims"], self.mine["claims"])
+        theirs = {id(m): r for _, r, m in pairs}
+        matched = {id(r) for _, r, _ in pairs}
+        for c in self.mine["claims"]:
+            rows.append((f"claim: {c['text']}", fmt(c), fmt(theirs.get(id(c)))))
+        for r in ref["claims"]:
+            if id(r) not in matched:
+                rows.append((f"claim: {r['text']}", "—", fmt(r)))
         return rows
 
     def _repr_html_(self) -> str:

@@ -94,9 +94,12 @@ def test_old_files_still_load():
     assert back.verdict == "not tested"
 
 
-def test_counts_by_kind_count_a_shared_measurement_once():
+def test_counts_are_per_claim_even_when_claims_share_a_measurement():
+    """One measurement deciding two claims counts twice, each with its own verdict: a shared measurement that
+    confirms one claim and refutes another must show the refutation (it was hidden behind the first claim)."""
     claims = [Claim("a", low=1).check(2, measurement="peak").to_dict(),
-              Claim("b", low=1).check(2, measurement="peak").to_dict(),     # same measurement: once
+              Claim("b", low=1).check(2, measurement="peak").to_dict(),     # same measurement, counted too
+              Claim("b2", high=1.5).check(2, measurement="peak").to_dict(),  # same measurement, refuted higher
               Claim("c", high=1).check(2).to_dict(),
               Claim("d", low=3).check(2).to_dict(),
               Claim("e", low=1, high=3).check(2, interval=(0, 4)).to_dict(),
@@ -104,8 +107,9 @@ def test_counts_by_kind_count_a_shared_measurement_once():
               Claim("g", low=1).untestable("no GPU").to_dict(),
               Claim("h", low=1).not_comparable(5, "another GPU").to_dict()]
     n = count_verdicts(claims)
-    assert n == {"confirmed": 1, "refuted_higher": 1, "refuted_lower": 1, "inconclusive": 1,
+    assert n == {"confirmed": 2, "refuted_higher": 2, "refuted_lower": 1, "inconclusive": 1,
                  "not comparable": 1, "not tested": 1, "not_measured": 1}
+    assert sum(n.values()) == len(claims)
 
 
 def test_estimate_rejects_nan_and_maps_monotone_functions():

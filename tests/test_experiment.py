@@ -41,7 +41,7 @@ def test_comparison_mfu_speedup_and_round_trip():
     back = Comparison.from_dict(json.loads(json.dumps(cmp.to_dict())))
     assert back.speedup == pytest.approx(cmp.speedup) and back.after.mfu == pytest.approx(after.mfu)
     html = cmp._repr_html_()
-    assert "MFU (datasheet peak)" in html and "5.00x faster" in html
+    assert "MFU (datasheet BF16 peak)" in html and "5.00x faster" in html
 
 
 def test_before_after_on_cpu_records_timing_flops_and_cpu_monitor(cpu_device):
@@ -89,3 +89,51 @@ def test_before_after_rounds_last_round_s_each(cpu_device):
     with pytest.raises(ValueError, match="round_s"):
         gl.before_after(lambda: calls.append(1), lambda: calls.append(2), name="x", round_s=float("nan"))
     assert not calls
+
+
+def _paired(label, times, rounds, items=None, dtype=None, peak=None, flops=None):
+    m = Measurement(label, times, meta={"round_medians": rounds})
+    return RunResult(label, m, items=items, item_name="tokens", dtype=dtype, peak_tflops=peak, flops=flops)
+
+
+def test_unequal_work_leads_with_the_items_per_second_ratio():
+    """Batch 4 -> 16: the time per call is about the same, tokens/s rose about 4x: the headline says so."""
+    before = _paired("batch 4", [0.100, 0.101, 0.099] * 3, [0.100, 0.101, 0.099], items=4 * 1024)
+    after = _paired("batch 16", [0.103, 0.104, 0.102] * 3, [0.103, 0.104, 0.102], items=16 * 1024)
+    cmp = Comparison("batch 4 -> 16", before, after)
+    assert cmp.work_differs and cmp.basis == "items/s"
+    h = cmp.headline()
+    assert h.value == pytest.approx(4 * 0.100 / 0.103) and h.lo > 3.5 and h.hi < 4.5
+    assert not cmp.within_noise
+    assert cmp.verdict.startswith("tokens/s 3.88x higher") and "within noise" not in cmp.verdict
+    d = cmp.to_dict()
+    assert d["ratio"] == pytest.approx(h.value) and d["ratio_basis"] == "items/s"
+    assert Comparison.from_dict(json.loads(json.dumps(d))).verdict == cmp.verdict
+
+
+def test_within_noise_only_when_the_interval_holds_one():
+    """Overlapping quartiles, but every paired round is 1.01-1.08x faster: that is not 'within noise'."""
+    before = _paired("a", [0.95, 1.00, 1.04, 1.06, 1.10], [1.010, 1.040, 1.080, 1.050, 1.030])
+    after = _paired("b", [0.92, 0.96, 1.00, 1.02, 1.06], [1.000, 1.000, 1.000, 1.000, 1.000])
+    cmp = Comparison("x", before, after)
+    lo, hi = cmp.headline().interval
+    assert lo > 1 and not cmp.within_noise and "faster" in cmp.verdict and "within noise" not in cmp.verdict
+    same = Comparison("y", _paired("a", [1.0, 1.01, 0.99], [1.0, 0.98, 1.02]),
+                      _paired("b", [1.0, 1.01, 0.99], [1.0, 1.02, 0.98]))
+    assert same.within_noise and same.verdict.startswith("within noise")
+
+
+def test_mfu_of_two_dtypes_uses_one_yardstick(cpu_device, monkeypatch):
+    """FP32 -> BF16: both sides against the BF16 peak (not each against its own), and the table says so."""
+    peaks = {"fp32": 67.0, "bf16": 989.4}
+    monkeypatch.setattr(type(cpu_device), "datasheet_tflops", lambda self, d: peaks.get(d))
+    a = torch.randn(32, 32)
+    cmp = gl.before_after(lambda: a @ a, lambda: a @ a, name="fp32 -> bf16", flops=2 * 32**3, dtype="fp32",
+                          after_dtype="bf16", min_time_s=0.02, rounds=0, monitor=False, device=cpu_device)
+    assert cmp.before.peak_tflops == cmp.after.peak_tflops == 989.4
+    assert cmp.before.mfu / cmp.after.mfu == pytest.approx(cmp.after.seconds / cmp.before.seconds)
+    assert "MFU (datasheet BF16 peak, both sides)" in dict((k, 0) for k, _, _ in cmp.rows())
+    own = gl.before_after(lambda: a @ a, lambda: a @ a, name="fp32 -> bf16", flops=2 * 32**3, dtype="fp32",
+                          after_dtype="bf16", peak_dtype="fp32", min_time_s=0.02, rounds=0, monitor=False,
+                          device=cpu_device)
+    assert own.before.peak_tflops == own.after.peak_tflops == 67.0

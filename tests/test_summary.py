@@ -1,4 +1,4 @@
-"""The summary's counting: verdicts by kind, one measurement once, gains from optimisations only, old files."""
+"""The summary's counting: verdicts by kind, one count per claim, gains from optimisations only, old files."""
 import copy
 import math
 
@@ -23,29 +23,32 @@ def _data(claims, experiments):
 
 def _exp(name, speedup, kind=None):
     e = copy.deepcopy(make_result().to_dict()["experiments"][0])
-    e.update(name=name, speedup=speedup)
+    e.update(name=name, speedup=speedup, speedup_interval=[speedup, speedup], ratio=speedup,
+             ratio_interval=[speedup, speedup])
     if kind is None:
-        e.pop("kind", None)  # a file written before experiments had a kind
+        for k in ("kind", "ratio", "ratio_interval", "ratio_basis"):
+            e.pop(k, None)  # a file written before experiments had a kind or a work-normalised ratio
     else:
         e["kind"] = kind
     return e
 
 
-def test_notebook_table_counts_verdicts_by_kind_and_a_shared_measurement_once():
-    claims = [_claim("confirmed", measurement="m1"), _claim("confirmed", measurement="m1"),
-              _claim("confirmed", measurement="m1"), _claim("refuted", "higher"), _claim("refuted", "lower"),
+def test_notebook_table_counts_verdicts_by_kind_one_per_claim():
+    claims = [_claim("confirmed", measurement="m1"), _claim("refuted", "higher", measurement="m1"),
+              _claim("confirmed", measurement="m1"), _claim("refuted", "lower"),
               _claim("refuted", "lower"), _claim("inconclusive"), _claim("not comparable"), _claim("not tested"),
               _claim("confirmed", evidence="definition")]
     table = summary.notebook_table({"01_measuring": _data(claims, [_exp("a", 2.0, "optimisation")])})
     row = table.splitlines()[2].split(" | ")
-    assert row[4:] == ["1", "1", "2", "1", "1", "1", "1 |"]
+    assert row[4:] == ["2", "1", "2", "1", "1", "1", "1 |"]  # the refutation sharing m1 is counted
 
 
 def test_largest_gain_is_an_optimisation_and_old_files_without_kind_count_as_one():
     exps = [_exp("tiny kernels vs one matmul", 380.0, "demonstration"), _exp("bf16", 2.5, "optimisation"),
             _exp("old file", 3.0)]
     table = summary.notebook_table({"01_measuring": _data([], exps)})
-    assert "3.00x: old file" in table and "380" not in table.split("\n")[2]
+    assert "3.00x: old file" in table
+    assert "380" not in table.split("\n")[2]
     only_demo = summary.notebook_table({"01_measuring": _data([], [_exp("demo", 9.0, "demonstration")])})
     assert "| — |" in only_demo
 
@@ -93,3 +96,102 @@ def test_a_summary_beside_a_reference_counts_the_verdicts_that_agree():
     assert rows[0] == "| 01_x | **claim 1** | refuted: lower than claimed | confirmed |"  # the flip comes first
     assert rows[1] == "| 01_x | claim 3 | confirmed | inconclusive |"
     assert agreement_section(run("confirmed"), {}) == "No claim is in both this run and the reference."
+
+
+def _unequal(name, speedup, items_before, items_after, kind="optimisation"):
+    e = _exp(name, speedup, kind)
+    e["before"]["items"], e["after"]["items"] = items_before, items_after
+    for k in ("ratio", "ratio_interval", "ratio_basis"):
+        e.pop(k)  # an older file: the ratio is recomputed from the items per call
+    return e
+
+
+def test_gains_are_optimisations_on_the_work_normalised_ratio_and_never_implausible():
+    """A 376.8x demonstration is no gain; '80% of max batch' is 1.23x per call but 0.98x per item; 1 -> 2 GPUs at
+    8.6x is a scaling efficiency of 430%: flagged, not a gain."""
+    d = _data([], [_exp("tiny kernels vs one matmul", 376.8, "demonstration"),
+                   _unequal("80% of the max batch", 1.23, 69632, 55296),
+                   _exp("1 -> 2 GPUs (DDP)", 8.6, "optimisation"), _exp("bf16", 1.5, "optimisation")])
+    g = summary.gains(d)
+    assert [e["name"] for e, _ in g] == ["bf16", "80% of the max batch"]
+    assert g[1][1].value == pytest.approx(1.23 * 55296 / 69632)
+    assert "scaling efficiency 430% is over 100%" in summary.flagged({"10_multi_gpu": d})[0]
+    assert "4.30" not in summary.notebook_table({"10_multi_gpu": d}) and "1.50x: bf16" in summary.notebook_table(
+        {"10_multi_gpu": d})
+    cpu = copy.deepcopy(d)
+    cpu["device"]["kind"] = "cpu"
+    cpu["experiments"] = [_exp("1 -> 2 processes", 1.5, "optimisation")]
+    assert "CPU processes stand in for GPUs" in summary.flagged({"10_multi_gpu": cpu})[0]
+
+
+def test_the_summary_figure_draws_one_optimisation_per_notebook_with_intervals_values_and_a_legend():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    slow = _exp("slower", 0.5, "optimisation")
+    slow["ratio_interval"] = [0.45, 0.55]
+    results = {"01_measuring": _data([], [_exp("demo", 376.8, "demonstration"), _exp("graphs", 8.5, "optimisation"),
+                                          _exp("second", 2.0, "optimisation")]),
+               "02_tensor_cores": _data([], [slow])}
+    fig = summary.summary_figure(results, reference={"01_measuring": results["01_measuring"]})
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert sorted(labels) == ["01 graphs", "02 slower"]  # the top one per notebook, no demonstration
+    assert len(ax.patches) == 2
+    assert {"8.50x", "0.50x"} <= {t.get_text() for t in ax.texts}  # values on the bars
+    legend = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert {"faster (interval above 1)", "slower (interval below 1)", "95% interval", "reference GPU"} <= legend
+    assert fig.get_figwidth() * 100 <= 900
+    plt.close(fig)
+    smoke = {nb: d | {"smoke": True} for nb, d in results.items()}
+    fig = summary.summary_figure(smoke)
+    assert not fig.axes[0].patches and "smoke run: not a speed measurement" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)
+    assert "| smoke run: not a speed measurement |" in summary.notebook_table(smoke)
+
+
+def test_comparisons_with_a_reference_match_claims_on_their_key_not_their_wording():
+    from gpulab.claims import agreement
+
+    mine = {"07": [{"key": "07.bf16_speed", "text": "BF16 is 2-3x faster", "verdict": "confirmed"},
+                   {"key": "07.fp16_speed", "text": "same words", "verdict": "confirmed"}]}
+    ref = {"07": [{"key": "07.bf16_speed", "text": "BF16 autocast: 2-3x (reworded)", "verdict": "refuted",
+                   "side": "lower"},
+                  {"key": "07.other", "text": "same words", "verdict": "refuted", "side": "lower"}]}
+    r = agreement(mine, ref)
+    assert r["claims"] == 1 and r["confirmed_vs_refuted"] == [("07", "07.bf16_speed", "confirmed", "refuted")]
+    old = {"07": [{"text": "same words", "verdict": "confirmed"}]}  # an older file without keys: by text
+    assert agreement(old, ref)["claims"] == 1
+    text = summary.agreement_section({"07_x": {"claims": mine["07"]}}, {"07_x": {"claims": ref["07"]}})
+    assert "| 07_x | **BF16 is 2-3x faster (`07.bf16_speed`)** | confirmed | refuted: lower than claimed |" in text
+    tables = summary.summary_tables({"07_x": {"claims": mine["07"], "experiments": []}},
+                                    {"07_x": {"claims": ref["07"], "experiments": []}})
+    assert "| 07_x | same words (`07.fp16_speed`) |  | — | confirmed | — | — |" in tables
+
+
+def test_readme_refuses_a_smoke_or_cpu_run_before_writing_anything(tmp_path, capsys):
+    from gpulab.__main__ import main
+
+    make_result("01_measuring", smoke=True).save(tmp_path)
+    folder = tmp_path / "nvidia-h100-80gb-hbm3"
+    readme = tmp_path / "README.md"
+    readme.write_text("x\n<!-- reference-summary -->\nold\n<!-- /reference-summary -->\n")
+    assert main(["summary", str(folder), "--readme", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert "needs a full-size GPU run" in err and "smoke run" in err
+    assert readme.read_text().count("\nold\n") == 1  # untouched
+    assert not (folder / "summary.md").exists()
+    with pytest.raises(ValueError, match="full-size GPU run"):
+        summary.update_readme(readme, folder)
+
+
+def test_the_reference_view_matches_claims_on_their_key():
+    from gpulab.results import ReferenceView
+
+    mine = make_result().to_dict()
+    ref = copy.deepcopy(mine)
+    mine["claims"][0].update(key="01.bf16", text="BF16 autocast is 2-3x faster (reworded)")
+    ref["claims"][0].update(key="01.bf16", verdict="refuted", measured=1.5)
+    rows = [r for r in ReferenceView(mine, ref).rows() if r[0].startswith("claim:")]
+    assert rows == [("claim: BF16 autocast is 2-3x faster (reworded)", "confirmed (2 x)", "refuted (1.5 x)")]

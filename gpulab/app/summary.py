@@ -1,19 +1,28 @@
 """The summary of a course run, built only from result JSON files: tables, a figure, the README's section.
 
-Verdicts are counted by kind (a refutation "higher than claimed" apart from one "lower than claimed"), a
-measurement that several claims share is counted once, and "largest gain" looks only at optimisations
-(a demonstration's contrast, such as tiny kernels vs one big matmul, is not a gain to adopt). Files written
-before those fields existed still summarise: a missing kind is an optimisation, a missing side or evidence
-counts as measured.
+Verdicts are counted by kind (a refutation "higher than claimed" apart from one "lower than claimed"), one
+count per claim (claims that share a measurement each count with their own verdict). "Largest gain" and the
+figure look only at optimisations (a demonstration's contrast, such as tiny kernels vs one big matmul, is not a
+gain to adopt), on the work-normalised ratio (items/s after over before when the items per call differ, else
+the time ratio), never from a smoke or CPU run, and never from an implausible ratio (a scaling efficiency over
+100%, CPU processes standing in for GPUs), which is flagged instead. Claims of two runs match on their key.
+Files written before those fields existed still summarise: a missing kind is an optimisation, a missing side
+or evidence counts as measured, a claim without a key matches on its text.
 """
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..claims import agreement, count_verdicts
+from ..claims import Estimate, agreement, count_verdicts, match_claims
 from ..results import ResultError, load_result, write_text_atomic
+
+COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
+               "verdict; \"settled without measuring\" holds claims confirmed or refuted by arithmetic, a datasheet "
+               "or a definition.")
+NOT_SPEED = "smoke run: not a speed measurement"
 
 RESULT_GLOB = "[0-9][0-9]_*.json"
 
@@ -61,11 +70,78 @@ def _kind(e: dict) -> str:
     return e.get("kind") or "optimisation"
 
 
+def not_a_speed_run(data: dict) -> str | None:
+    """Why a result's timings are no speed measurement (a smoke run, or no CUDA GPU), or None for a full-size
+    GPU run."""
+    if data.get("smoke"):
+        return NOT_SPEED
+    if (data.get("device") or {}).get("kind") != "cuda":
+        return "CPU run: not a GPU speed measurement"
+    return None
+
+
+def gain(e: dict) -> Estimate:
+    """An experiment's work-normalised ratio with its interval: items/s after over before whenever the items per
+    call differ, else the time ratio (before time / after time). Older files: recomputed from both sides."""
+    if e.get("ratio") is not None and e.get("ratio_interval"):
+        lo, hi = e["ratio_interval"]
+        return Estimate(e["ratio"], min(lo, e["ratio"]), max(hi, e["ratio"]))
+    v = e["speedup"]
+    lo, hi = e.get("speedup_interval") or (v, v)
+    ib, ia = (e.get("before") or {}).get("items"), (e.get("after") or {}).get("items")
+    k = ia / ib if ib and ia and abs(ia - ib) > 1e-9 * max(ia, ib) else 1.0  # unequal work: items/s ratio
+    return Estimate(v * k, min(lo, v) * k, max(hi, v) * k)
+
+
+_SCALING = re.compile(r"(\d+)\s*(?:->|→|to|vs)\s*(\d+)\s*(GPUs?|processes|ranks|workers? processes)", re.I)
+
+
+def implausible(e: dict, data: dict) -> str | None:
+    """Why an experiment's ratio cannot be a gain (None when it can): CPU processes standing in for GPUs, or
+    N -> M GPUs scaling faster than M/N (a scaling efficiency over 100%)."""
+    name = e.get("name", "")
+    m = _SCALING.search(name)
+    many = m is not None or re.search(r"\b(DDP|FSDP\d?|GPUs|ranks)\b", name) is not None
+    if many and (data.get("device") or {}).get("kind") != "cuda":
+        return "CPU processes stand in for GPUs: not a multi-GPU measurement"
+    if m and int(m.group(1)) > 0 and int(m.group(2)) > int(m.group(1)):
+        eff = gain(e).value / (int(m.group(2)) / int(m.group(1)))
+        if eff > 1.0:
+            return f"scaling efficiency {100 * eff:.0f}% is over 100%"
+    return None
+
+
+def flagged(results: dict[str, dict]) -> list[str]:
+    """Every implausible ratio in `results`: experiments (`implausible`) and efficiency claims over 100%."""
+    out = []
+    for nb, data in sorted(results.items()):
+        for e in data.get("experiments", []):
+            why = implausible(e, data)
+            if why:
+                out.append(f"{nb} '{e['name']}' ({gain(e).value:.2f}x): {why}; kept out of the gains")
+        for c in data.get("claims", []):
+            v = c.get("measured")
+            if "efficiency" in c.get("text", "").lower() and c.get("unit") == "%" and v is not None and v > 100:
+                out.append(f"{nb} claim {c.get('key') or c.get('text')!r}: efficiency {v:.0f}% is over 100%")
+    return out
+
+
+def gains(data: dict) -> list[tuple[dict, Estimate]]:
+    """The optimisations of one result with their work-normalised ratios, largest first; none from a smoke or
+    CPU run, and none that is implausible."""
+    if not_a_speed_run(data):
+        return []
+    out = [(e, gain(e)) for e in data.get("experiments", [])
+           if _kind(e) == "optimisation" and not implausible(e, data)]
+    return sorted(out, key=lambda p: -p[1].value)
+
+
 def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None = None) -> str:
     """Markdown tables of every before/after and every claim, with the reference beside when given."""
     reference = reference or {}
     ref_col = " | reference speedup" if reference else ""
-    lines = ["| notebook | experiment | kind | speedup | verdict | MFU before | MFU after | GPU busy before "
+    lines = ["| notebook | experiment | kind | speedup (items/s ratio where the work differs) | verdict | MFU before "
+             "| MFU after | GPU busy before "
              "| GPU busy after" + ref_col + " |", "|" + " --- |" * (9 + bool(reference))]
     for nb, data in sorted(results.items()):
         refs = {e["name"]: e for e in reference.get(nb, {}).get("experiments", [])}
@@ -73,21 +149,26 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
             b, a = e["before"]["summary"], e["after"]["summary"]
             mfu = [_fmt(None if s.get("mfu") is None else s["mfu"] * 100, "{:.1f}%") for s in (b, a)]
             util = [_fmt(s.get("nvml_util"), "{:.0f}%") for s in (b, a)]
-            row = (f"| {nb} | {e['name']} | {_kind(e)} | {e['speedup']:.2f}x | {e.get('verdict', '—')} | {mfu[0]} "
+            flag = implausible(e, data)
+            row = (f"| {nb} | {e['name']}{' (flagged: ' + flag + ')' if flag else ''} | {_kind(e)} | "
+                   f"{gain(e).value:.2f}x | {e.get('verdict', '—')} | {mfu[0]} "
                    f"| {mfu[1]} | {util[0]} | {util[1]}")
             if reference:
                 r = refs.get(e["name"])
-                row += f" | {_fmt(r['speedup'] if r else None, '{:.2f}x')}"
+                row += f" | {_fmt(gain(r).value if r else None, '{:.2f}x')}"
             lines.append(row + " |")
     ref_c = " | reference measured | reference verdict" if reference else ""
     lines += ["", "| notebook | claim | expected | measured | verdict" + ref_c + " |",
               "|" + " --- |" * (5 + 2 * bool(reference))]
     for nb, data in sorted(results.items()):
-        refs = {c["text"]: c for c in reference.get(nb, {}).get("claims", [])}
+        refs = {id(mine): theirs for _, theirs, mine in match_claims(reference.get(nb, {}).get("claims", []),
+                                                                      data["claims"])}
         for c in data["claims"]:
-            row = f"| {nb} | {c['text']} | {c.get('expected', '')} | {_fmt(c.get('measured'), '{:.3g}')} | {_verdict(c)}"
+            key = f" (`{c['key']}`)" if c.get("key") else ""
+            row = (f"| {nb} | {c['text']}{key} | {c.get('expected', '')} | {_fmt(c.get('measured'), '{:.3g}')} "
+                   f"| {_verdict(c)}")
             if reference:
-                r = refs.get(c["text"], {})
+                r = refs.get(id(c), {})
                 row += f" | {_fmt(r.get('measured'), '{:.3g}')} | {_verdict(r) if r else '—'}"
             lines.append(row + " |")
     return "\n".join(lines)
@@ -95,7 +176,8 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
 
 def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> str:
     """Markdown: how this run's verdicts agree with the reference's, claim by claim (matched by notebook and
-    text); the claims whose verdict differs, and first those confirmed in one run and refuted in the other."""
+    claim key; by text only for older files without keys); the claims whose verdict differs, and first those
+    confirmed in one run and refuted in the other."""
     r = agreement({nb: d.get("claims", []) for nb, d in results.items()},
                   {nb: d.get("claims", []) for nb, d in reference.items()})
     if not r["claims"]:
@@ -104,65 +186,121 @@ def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> s
              f"{len(r['confirmed_vs_refuted'])} confirmed in one and refuted in the other."]
     if r["changed"]:
         lines += ["", "| notebook | claim | this run | reference |", "| --- | --- | --- | --- |"]
-        mine = {(nb, c["text"]): c for nb, d in results.items() for c in d.get("claims", [])}
-        theirs = {(nb, c["text"]): c for nb, d in reference.items() for c in d.get("claims", [])}
         flips = {(nb, t) for nb, t, _, _ in r["confirmed_vs_refuted"]}
-        for nb, text, _, _ in sorted(r["changed"], key=lambda x: ((x[0], x[1]) not in flips, x[0])):
-            mark = "**" if (nb, text) in flips else ""
-            lines.append(f"| {nb} | {mark}{text}{mark} | {_verdict(mine[(nb, text)])} | {_verdict(theirs[(nb, text)])} |")
+        for nb, ident, va, vb in sorted(r["changed"], key=lambda x: ((x[0], x[1]) not in flips, x[0])):
+            mine, theirs = next((m, t) for i, m, t in match_claims(results[nb].get("claims", []),
+                                                                   reference[nb].get("claims", [])) if i == ident)
+            mark = "**" if (nb, ident) in flips else ""
+            label = mine.get("text", ident) + (f" (`{mine['key']}`)" if mine.get("key") else "")
+            lines.append(f"| {nb} | {mark}{label}{mark} | {_verdict(mine)} | {_verdict(theirs)} |")
     return "\n".join(lines)
 
 
 def largest_gain(data: dict) -> dict | None:
-    """The optimisation with the largest speedup (demonstrations are contrasts, not gains)."""
-    return max((e for e in data["experiments"] if _kind(e) == "optimisation"), key=lambda e: e["speedup"],
-               default=None)
+    """The optimisation with the largest work-normalised ratio (`gains`; demonstrations are contrasts, not
+    gains); None from a smoke or CPU run."""
+    g = gains(data)
+    return g[0][0] if g else None
 
 
 def notebook_table(results: dict[str, dict], *, dates: bool = True) -> str:
     """Markdown: one row per notebook, with its date, its largest gain and its claims' verdicts by kind.
 
-    A measurement several claims share is counted once; claims settled by arithmetic, a datasheet or a
-    definition are counted apart from measured ones.
+    Every claim counts once with its own verdict (claims sharing a measurement each count); claims settled by
+    arithmetic, a datasheet or a definition are counted apart from measured ones. The largest gain is the
+    optimisation with the largest work-normalised ratio; a smoke or CPU run shows no gain.
     """
     head = ["notebook"] + (["date (UTC)"] if dates else []) + [
         "experiments", "largest gain", "confirmed", "refuted: higher than claimed", "refuted: lower than claimed",
         "inconclusive", "not comparable", "not tested", "settled without measuring"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for nb, data in sorted(results.items()):
-        best = largest_gain(data)
-        gain = f"{best['speedup']:.2f}x: {best['name']}" if best else "—"
+        g = gains(data)
+        best = f"{_ratio_str(g[0][1])}: {g[0][0]['name']}" if g else not_a_speed_run(data) or "—"
         n = count_verdicts(data["claims"])
         cells = [nb] + ([_date(data)] if dates else []) + [
-            str(len(data["experiments"])), gain, n["confirmed"], n["refuted_higher"], n["refuted_lower"],
+            str(len(data["experiments"])), best, n["confirmed"], n["refuted_higher"], n["refuted_lower"],
             n["inconclusive"], n["not comparable"], n["not tested"], n["not_measured"]]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 
 
-def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None):
-    """One figure: the speedup of every before/after (log scale), reference GPU's marked beside."""
-    import matplotlib.pyplot as plt
+def _ratio_str(est: Estimate) -> str:
+    return f"{est.value:.2f}x" + (f" [{est.lo:.2f}, {est.hi:.2f}]" if est.lo != est.hi else "")
 
-    rows = [(f"{nb[:2]} {e['name']}", e["speedup"], bool(e.get("within_noise")), nb, e["name"])
-            for nb, d in sorted(results.items()) for e in d["experiments"]]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * max(len(rows), 4) + 1.2))
+
+def _short(text: str, n: int = 40) -> str:
+    if len(text) <= n:
+        return text
+    cut = text[: n - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[n // 2:] else cut).rstrip(" :,-") + "…"
+
+
+GAIN_COLORS = {"faster": ("#00798c", "faster (interval above 1)"),
+               "noise": ("#8d8d8d", "within noise (interval holds 1)"),
+               "slower": ("#b42318", "slower (interval below 1)")}
+
+
+def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 1,
+                   title: str = ""):
+    """What each change gained: the `per_notebook` largest optimisations of each notebook (`gains`) on their
+    work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the reference
+    GPU's ratio marked beside and a legend for every colour. Demonstrations, implausible ratios and smoke or
+    CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
+    control, not a change). Sized for about 900 px."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    rows = [(nb, e, est) for nb, d in sorted(results.items()) if not nb.startswith("00_")
+            for e, est in gains(d)[:per_notebook]]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * max(len(rows), 3) + 1.6))
+    if title:
+        ax.set_title(title, fontsize=10)
     if not rows:
-        ax.text(0.5, 0.5, "no experiments found", ha="center", transform=ax.transAxes)
+        why = {not_a_speed_run(d) for d in results.values()} - {None}
+        ax.text(0.5, 0.5, "; ".join(sorted(why)) if why else "no optimisation measured", ha="center",
+                va="center", transform=ax.transAxes)
+        ax.set_axis_off()
         return fig
-    ys = range(len(rows))[::-1]
-    ax.barh(list(ys), [r[1] for r in rows], color=["#8d8d8d" if r[2] else "#00798c" for r in rows],
-            label="this run (grey: within noise)")
+    ys = list(range(len(rows)))[::-1]
+    kinds = ["noise" if est.lo <= 1 <= est.hi else "faster" if est.value > 1 else "slower" for _, _, est in rows]
+    vals = [est.value for _, _, est in rows]
+    err = [[v - est.lo for v, (_, _, est) in zip(vals, rows)], [est.hi - v for v, (_, _, est) in zip(vals, rows)]]
+    ax.barh(ys, vals, color=[GAIN_COLORS[k][0] for k in kinds], height=0.6)
+    ax.errorbar(vals, ys, xerr=err, fmt="none", ecolor="k", elinewidth=1, capsize=3)
+    handles = [Patch(color=GAIN_COLORS[k][0], label=GAIN_COLORS[k][1]) for k in GAIN_COLORS if k in kinds]
+    handles.append(Line2D([], [], color="k", marker="|", linestyle="none", markersize=8, label="95% interval"))
+    hi = max(est.hi for _, _, est in rows)
+    right = [est.hi for _, _, est in rows]  # where each bar's value label may start
     if reference:
-        refmap = {(nb, e["name"]): e["speedup"] for nb, d in reference.items() for e in d["experiments"]}
-        pts = [(refmap[(r[3], r[4])], y) for r, y in zip(rows, ys) if (r[3], r[4]) in refmap]
+        refgain = {(nb, e["name"]): gain(e).value for nb, d in reference.items() for e in d.get("experiments", [])
+                   if not not_a_speed_run(d)}
+        pts = [(refgain[(nb, e["name"])], y) for (nb, e, _), y in zip(rows, ys) if (nb, e["name"]) in refgain]
+        for i, ((nb, e, _), y) in enumerate(zip(rows, ys)):
+            if (nb, e["name"]) in refgain:
+                right[i] = max(right[i], refgain[(nb, e["name"])] * 1.08)
         if pts:
-            ax.scatter(*zip(*pts), marker="|", s=200, color="k", label="reference GPU", zorder=3)
+            ax.scatter(*zip(*pts), marker="D", s=28, color="#f2a900", edgecolor="k", zorder=3)
+            handles.append(Line2D([], [], color="#f2a900", marker="D", markeredgecolor="k", linestyle="none",
+                                  label="reference GPU"))
+            hi = max(hi, max(p[0] for p in pts))
+    for (_, _, est), y, x in zip(rows, ys, right):
+        ax.text(x * 1.06, y, f"{est.value:.2f}x", va="center", fontsize=9)
+    hi = max(hi, max(right))
     ax.axvline(1, color="k", lw=0.8)
     ax.set_xscale("log")
-    ax.set_yticks(list(ys), [r[0] for r in rows], fontsize=7)
-    ax.set_xlabel("speedup (before time / after time), log scale")
-    ax.legend(fontsize=8, loc="lower right")
+    lo = min(min(est.lo for _, _, est in rows), 1.0)
+    ax.set_xlim(lo / 1.3, hi * 2.2)
+    ax.xaxis.set_major_locator(FixedLocator([t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+                                             if lo / 1.3 <= t <= hi * 2.2]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.set_yticks(ys, [_short(f"{nb[:2]} {e['name']}") for nb, e, _ in rows], fontsize=9)
+    ax.set_xlabel("gain: after/before items per second (time ratio when the work is equal), log scale", fontsize=9)
+    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=len(handles),
+              frameon=False)
     ax.grid(axis="x", alpha=0.3, which="both")
     fig.tight_layout()
     return fig
@@ -175,6 +313,20 @@ def _claim(data: dict, startswith: str) -> dict | None:
     return next((c for c in data.get("claims", []) if c["text"].startswith(startswith)), None)
 
 
+def check_reference_results(results: dict[str, dict], folder: Path | str) -> None:
+    """Raise ValueError unless `results` are one full-size GPU run on one device: the README's reference section
+    says "the reference GPU's numbers ... at full size", which a smoke or CPU run is not."""
+    if not results:
+        raise ValueError(f"no result JSON files in {folder}")
+    bad = sorted(f"{nb} ({why})" for nb, d in results.items() if (why := not_a_speed_run(d)))
+    if bad:
+        raise ValueError(f"--readme needs a full-size GPU run; {folder} holds {', '.join(bad)}: the README's "
+                         "reference section would present them as the reference GPU's full-size numbers")
+    names = sorted({(d.get("device") or {}).get("name", "?") for d in results.values()})
+    if len(names) > 1:
+        raise ValueError(f"--readme needs one GPU's results; {folder} mixes {', '.join(names)}")
+
+
 def reference_section(folder: Path | str) -> str:
     """Markdown for the README: whose numbers these are, the figure, the notebook table, the key measurements.
 
@@ -182,8 +334,7 @@ def reference_section(folder: Path | str) -> str:
     """
     folder = Path(folder)
     results, _ = collect(folder)
-    if not results:
-        raise ValueError(f"no result JSON files in {folder}")
+    check_reference_results(results, folder)
     dev = next(iter(results.values()))["device"]
     where = folder.as_posix()
     md = [f"These are the reference GPU's numbers, not yours: an {dev['name']} (driver {dev.get('driver')}, torch "
@@ -192,7 +343,7 @@ def reference_section(folder: Path | str) -> str:
           f"are in [`{where}/`]({where}/summary.md); `python -m gpulab run --compare {where}` puts your run "
           "beside them.", "",
           f"![what each change gained on the reference GPU]({where}/summary.png)", "",
-          notebook_table(results), ""]
+          notebook_table(results), "", COUNTS_NOTE, ""]
     check = results.get("00_device")
     if check:
         ex = check.get("extra", {})
@@ -227,15 +378,18 @@ def reference_section(folder: Path | str) -> str:
 
 
 def update_readme(readme: Path | str, folder: Path | str) -> Path:
-    """Replace the README's text between the reference-summary markers with `reference_section(folder)`."""
+    """Replace the README's text between the reference-summary markers with `reference_section(folder)`.
+
+    Refuses (ValueError, before writing anything) a folder that is not one full-size GPU run."""
     readme = Path(readme)
+    section = reference_section(folder)
     text = readme.read_text()
     start, end = README_MARKERS
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
         raise ValueError(f"{readme} must hold one {start} ... {end} pair")
     head, rest = text.split(start)
     _, tail = rest.split(end)
-    return write_text_atomic(readme, f"{head}{start}\n{reference_section(folder)}\n{end}{tail}")
+    return write_text_atomic(readme, f"{head}{start}\n{section}\n{end}{tail}")
 
 
 def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | str | None = None,
@@ -258,7 +412,13 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
         md += [heading, ""]
     if compare:
         md += [f"Reference: `{compare}`.", ""]
-    md += [notebook_table(results), "", summary_tables(results, reference)]
+    not_speed = sorted({w for d in results.values() if (w := not_a_speed_run(d))})
+    if not_speed:
+        md += [f"{'; '.join(not_speed)}: the timings check that the code runs, the gains are not shown.", ""]
+    md += [notebook_table(results), "", COUNTS_NOTE, "", summary_tables(results, reference)]
+    flags = flagged(results) + [f"reference {f}" for f in flagged(reference)]
+    if flags:
+        md += ["", "## Flagged: implausible ratios", ""] + [f"- {f}" for f in flags]
     if reference:
         md += ["", "## Verdicts beside the reference", "", agreement_section(results, reference)]
     all_problems = list(problems) + found_problems + [f"reference {p}" for p in ref_problems]
@@ -267,10 +427,10 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     out = Path(out)
     md_path = write_text_atomic(out / "summary.md", "\n".join(md) + "\n")
     with matplotlib.rc_context():
-        fig = summary_figure(results, reference)
-        fig.suptitle(f"gpulab: what each change gained on {device}", fontsize=10)
+        fig = summary_figure(results, reference, title=f"What each optimisation gained on {device} (the largest "
+                             "of each notebook)")
         buf = io.BytesIO()
-        fig.savefig(buf, dpi=110, format="png", bbox_inches="tight")
+        fig.savefig(buf, dpi=100, format="png", bbox_inches="tight")
         plt.close(fig)
     png = write_text_atomic(out / "summary.png", buf.getvalue())
     return md_path, png
