@@ -175,7 +175,6 @@ def test_figures_draw_with_one_colour_per_precision():
     small = M.small_gradient_figure(losses["fp32"], {"fp16_noscale": losses["fp16_noscale"]}, 2**-10)
     line = next(l for l in small.axes[0].get_lines() if l.get_label().startswith("FP16, no scaler"))
     assert line.get_color() == M.COLORS["fp16_noscale"] and "2^-10" in line.get_label()
-    speed = M.speed_figure(_rows())
-    assert [len(ax.patches) for ax in speed.axes] == [7, 7]  # one bar per precision, each panel
-    M.memory_figure(_rows())
+    speed = M.step_figure(_rows())
+    assert [len(ax.patches) for ax in speed.axes] == [7, 7, 7]  # one bar per precision, each panel
     plt.close("all")

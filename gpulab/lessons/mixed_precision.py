@@ -1,10 +1,6 @@
-"""Notebook 07 (mixed precision): its claims as data, the small judging steps a cell would repeat, its tables and
-its figures. The training step in each precision, the matmul, the optimizer and the attention op are written out in
-the notebook's cells; nothing here times anything, and nothing here writes a paragraph.
-
-    lesson = gl.lesson("07_mixed_precision", globals(), claims=M.CLAIMS)
-    display(*M.check_formats(lesson, M.format_rows(dev.torch_device)))
-"""
+"""Notebook 07 (mixed precision): its claims as data, the judging a cell would repeat, its tables and its figures.
+The step in each precision, the matmul, AdamW and the attention op are written out in the notebook's cells; nothing
+here times anything or writes a paragraph."""
 from __future__ import annotations
 
 import dataclasses
@@ -84,8 +80,6 @@ def _pct(x: Any) -> Estimate:
     return est.map(lambda r: (r - 1) * 100)
 
 
-# ---------------------------------------------------------------- 1. formats and TF32
-
 
 def format_rows(device: Any) -> list[dict[str, Any]]:
     """One row per format: the guide's §7.3 entry beside torch.finfo's, the mantissa bits a matmul keeps here,
@@ -146,8 +140,6 @@ def check_tf32_matmul(lesson: Any, cmp: Any, ratios: dict[str, Any]) -> list[Cla
     return [lesson.check("tf32_8x", cmp, note, measurement="matmul_fp32_tf32"),
             lesson.not_comparable("tf32_20_30", _pct(cmp), f"{RTX}; {note}", measurement="matmul_fp32_tf32")]
 
-
-# ---------------------------------------------------------------- 2. the training step in every precision
 
 
 def loss_gap(losses: list[float], reference: list[float], min_spread_steps: int = 5) -> Estimate:
@@ -270,13 +262,6 @@ def check_neighbours(lesson: Any, cmp_opt: Any, cmp_attn: Any) -> list[Claim]:
                                   measurement="attention_manual_sdpa")]
 
 
-# ---------------------------------------------------------------- figures (one colour per precision)
-
-
-def _plt():
-    import matplotlib.pyplot as plt
-    return plt
-
 
 def _logy(ax: Any) -> None:
     """A log loss axis with plain numbers (2.5, 3, 4) rather than powers of ten."""
@@ -293,16 +278,10 @@ def _times(m: float) -> str:
     return f"2^{e:.0f}" if e == round(e) and abs(e) > 3 else f"{m:g}"
 
 
-def _xlabels(ax: Any) -> None:
-    """Slanted precision names that end under their bar, and a light grid."""
-    for t in ax.get_xticklabels():
-        t.set(rotation=25, ha="right", fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-
-
 def loss_figure(losses: dict[str, list[float]], seed1: list[float], title: str = "") -> Any:
     """Left: every mode's loss curve; right: each one's smoothed distance to FP32's, inside FP32's seed band."""
-    plt = _plt()
+    import matplotlib.pyplot as plt
+
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
     steps = range(1, len(losses["fp32"]) + 1)
     k = max(1, len(seed1) // 20)
@@ -325,54 +304,43 @@ def loss_figure(losses: dict[str, list[float]], seed1: list[float], title: str =
     return fig
 
 
-def speed_figure(rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]] | None = None) -> Any:
-    """One bar per precision: its step's speedup over FP32, and its MFU against the one BF16 yardstick."""
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
-    names, colors = [LABELS[r["key"]] for r in rows], [COLORS[r["key"]] for r in rows]
-    for ax, key, label, fmt in ((axes[0], "speedup", "speedup over FP32 (x)", ratio),
-                                (axes[1], "mfu", "MFU (% of dense BF16 peak)", lambda v: pct(v, 1))):
-        vals = [(r[key] * (100 if key == "mfu" else 1)) if r[key] is not None else 0 for r in rows]
-        bars = ax.bar(names, vals, color=colors)
+PANELS = [("speedup", 1, "speedup over FP32 (x)", "training step: speedup over FP32", ratio),
+          ("mfu", 100, "MFU (% of dense BF16 peak)", "MFU, one yardstick for all", lambda v: pct(v, 1)),
+          ("peak_gb", 1, "peak GPU memory (GB)", "peak memory of a training run", lambda v: si(v * 1e9, "B"))]
+
+
+def step_figure(rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]] | None = None) -> Any:
+    """One bar per precision in three panels: speedup over FP32, MFU against the dense BF16 peak, peak memory;
+    the reference GPU's values as black ticks where its rows carry the same keys."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    ref = {x.get("key"): x for x in ref_rows or []}
+    for ax, (key, k, ylabel, title, fmt) in zip(axes, PANELS):
+        vals = [r[key] * k if r[key] is not None else 0 for r in rows]
+        bars = ax.bar([LABELS[r["key"]] for r in rows], vals, color=[COLORS[r["key"]] for r in rows])
         for rect, v, r in zip(bars, vals, rows):
             ax.annotate("n/a" if r[key] is None else fmt(v), (rect.get_x() + rect.get_width() / 2, v),
                         ha="center", va="bottom", fontsize=8)
-        ref = {x.get("key"): x for x in ref_rows or []}
         xs = [ref.get(r["key"], {}).get(key) for r in rows]
         if any(xs):
-            ax.scatter([i for i, v in enumerate(xs) if v], [v * (100 if key == "mfu" else 1) for v in xs if v],
-                       marker="_", s=400, color="k", label="reference GPU", zorder=3)
+            ax.scatter([i for i, v in enumerate(xs) if v], [v * k for v in xs if v], marker="_", s=400, color="k",
+                       label="reference GPU", zorder=3)
             ax.legend(fontsize=8)
-        if not any(r[key] for r in rows):
-            ax.text(0.5, 0.6, "no MFU here: no datasheet peak (CPU)", ha="center", transform=ax.transAxes, color="#666")
-        ax.set_ylabel(label)
-        _xlabels(ax)
-    axes[0].set_title("training step: speedup over FP32")
-    axes[1].set_title("MFU, one yardstick for every precision")
-    fig.tight_layout()
-    return fig
-
-
-def memory_figure(rows: list[dict[str, Any]]) -> Any:
-    """Peak GPU memory of each precision's training run (a CPU run has none: the axes say so)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 3.4))
-    vals = [(r["peak_gb"] or 0) for r in rows]
-    bars = ax.bar([LABELS[r["key"]] for r in rows], vals, color=[COLORS[r["key"]] for r in rows])
-    for rect, r in zip(bars, rows):
-        ax.annotate(si(r["peak_gb"] * 1e9, "B") if r["peak_gb"] else "n/a",
-                    (rect.get_x() + rect.get_width() / 2, rect.get_height()), ha="center", va="bottom", fontsize=8)
-    if not any(vals):
-        ax.text(0.5, 0.6, "GPU memory is not measured on a CPU", ha="center", transform=ax.transAxes, color="#666")
-    ax.set(ylabel="peak GPU memory (GB)", title="peak memory of a training run")
-    _xlabels(ax)
+        if not any(vals):
+            ax.text(0.5, 0.6, "needs a GPU", ha="center", transform=ax.transAxes, color="#666")
+        ax.set(ylabel=ylabel, title=title)
+        for t in ax.get_xticklabels():
+            t.set(rotation=30, ha="right", fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
 
 
 def small_gradient_figure(fp32: list[float], small: dict[str, list[float]], multiplier: float) -> Any:
     """FP32's loss curve beside the runs whose loss was multiplied by `multiplier` (losses shown unmultiplied)."""
-    plt = _plt()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(8, 3.8))
     steps = range(1, len(fp32) + 1)
     ax.plot(steps, fp32, color=COLORS["fp32"], lw=1.2, label="FP32 (loss x 1)")
