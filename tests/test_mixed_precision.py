@@ -144,14 +144,14 @@ def test_step_claims_on_a_gpu(gpu_lesson):
 
 def test_step_and_neighbour_claims_on_the_cpu(cpu_lesson):
     M.check_steps(cpu_lesson, _rows(), {})
-    M.check_neighbours(cpu_lesson, _cmp(3.0), _cmp(0.7))
+    M.check_adamw(cpu_lesson, _cmp(3.0)), M.check_sdpa(cpu_lesson, _cmp(0.7))
     by = _by_key(cpu_lesson)
     assert all(by[k].verdict == "not tested" and by[k].note for k in ("amp_speed", "amp_memory", "bf16_002", "mp_003"))
     assert by["fused_adamw"].verdict == by["sdpa"].verdict == "not comparable" and by["sdpa"].measured is None
 
 
 def test_neighbours_on_a_gpu(gpu_lesson):
-    adamw, sdpa = M.check_neighbours(gpu_lesson, _cmp(2.8), _cmp(7.89))
+    adamw, sdpa = M.check_adamw(gpu_lesson, _cmp(2.8)), M.check_sdpa(gpu_lesson, _cmp(7.89))
     assert adamw.measured == pytest.approx(180) and sdpa.measured == pytest.approx(689)
 
 

@@ -99,13 +99,12 @@ def format_rows(device: Any) -> list[dict[str, Any]]:
 
 def formats_table(rows: list[dict[str, Any]]) -> Table:
     """The guide's §7.3 table against torch.finfo and the matmul's measured bits."""
-    g = "{:.3g}"
-    return Table(rows, [("format", "format", None), ("exp", "exponent bits (guide / torch)", None),
-                        ("mant", "mantissa bits (guide / torch)", None),
-                        ("measured_bits", "mantissa bits a matmul keeps here", str), ("range", "max (guide / torch)", None),
-                        ("smallest_normal", "smallest normal", g), ("smallest_subnormal", "smallest subnormal", g),
-                        ("eps", "eps", g), ("digits", "digits (guide / (m+1)·log10 2)", None),
-                        ("agrees", "row agrees", None)])
+    g, cols = "{:.3g}", [("format", "format"), ("exp", "exponent bits (guide / torch)"),
+                         ("mant", "mantissa bits (guide / torch)"), ("measured_bits", "mantissa bits a matmul keeps here"),
+                         ("range", "max (guide / torch)"), ("smallest_normal", "smallest normal"),
+                         ("smallest_subnormal", "smallest subnormal"), ("eps", "eps"),
+                         ("digits", "digits (guide / (m+1)·log10 2)"), ("agrees", "row agrees")]
+    return Table(rows, [(k, h, g if k in ("smallest_normal", "smallest_subnormal", "eps") else str) for k, h in cols])
 
 
 def check_formats(lesson: Any, rows: list[dict[str, Any]]) -> list[Claim]:
@@ -252,14 +251,16 @@ def small_gradient_table(rows: list[dict[str, Any]]) -> Table:
                         ("zeroed", "parameter gradients zeroed (one batch)", pct)])
 
 
-def check_neighbours(lesson: Any, cmp_opt: Any, cmp_attn: Any) -> list[Claim]:
-    """002's fused AdamW and SDPA figures beside our op-alone measurements (another model and GPU)."""
-    return [lesson.not_comparable("fused_adamw", _pct(cmp_opt) if lesson.gpu else None,
-                                  f"{RTX}; ours: the AdamW step alone over foreach (PyTorch's default)",
-                                  measurement="adamw_foreach_fused"),
-            lesson.not_comparable("sdpa", _pct(cmp_attn) if lesson.gpu else None,
-                                  f"{RTX}; ours: the attention op alone, forward + backward",
-                                  measurement="attention_manual_sdpa")]
+def check_adamw(lesson: Any, cmp_opt: Any) -> Claim:
+    """002's fused-AdamW figure beside our optimizer step alone (another model and GPU)."""
+    return lesson.not_comparable("fused_adamw", _pct(cmp_opt) if lesson.gpu else None, f"{RTX}; ours: the AdamW "
+                                 "step alone over foreach (PyTorch's default)", measurement="adamw_foreach_fused")
+
+
+def check_sdpa(lesson: Any, cmp_attn: Any) -> Claim:
+    """002's SDPA figure beside our attention op alone, forward and backward (another model and GPU)."""
+    return lesson.not_comparable("sdpa", _pct(cmp_attn) if lesson.gpu else None, f"{RTX}; ours: the attention op "
+                                 "alone, forward + backward", measurement="attention_manual_sdpa")
 
 
 
@@ -270,12 +271,6 @@ def _logy(ax: Any) -> None:
     ax.set_yscale("log")
     for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
         axis(FuncFormatter(lambda v, _: f"{v:.3g}"))
-
-
-def _times(m: float) -> str:
-    """A loss multiplier as a reader writes it: 2^-10 rather than 0.000976562."""
-    e = math.log2(m)
-    return f"2^{e:.0f}" if e == round(e) and abs(e) > 3 else f"{m:g}"
 
 
 def loss_figure(losses: dict[str, list[float]], seed1: list[float], title: str = "") -> Any:
@@ -342,10 +337,11 @@ def small_gradient_figure(fp32: list[float], small: dict[str, list[float]], mult
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    steps = range(1, len(fp32) + 1)
+    steps, e = range(1, len(fp32) + 1), math.log2(multiplier)
+    times = f"2^{e:.0f}" if e.is_integer() else f"{multiplier:g}"  # 2^-10 rather than 0.000976562
     ax.plot(steps, fp32, color=COLORS["fp32"], lw=1.2, label="FP32 (loss x 1)")
     for m, ys in small.items():
-        ax.plot(steps, ys, color=COLORS[m], lw=1.2, label=f"{LABELS[m]} (loss x {_times(multiplier)})")
+        ax.plot(steps, ys, color=COLORS[m], lw=1.2, label=f"{LABELS[m]} (loss x {times})")
     _logy(ax)
     ax.set(xlabel="optimizer step", ylabel="training loss (unmultiplied)",
            title="small gradients: the scaler keeps FP16 training")
