@@ -22,7 +22,6 @@ MOVED = {
     "gpulab.multigpu_lab": "gpulab.lessons.multigpu_lab",
     "gpulab.multigpu_report": "gpulab.lessons.multigpu_report",
     "gpulab.plots": "gpulab.display.plots",
-    "gpulab.precision_lab": "gpulab.lessons.precision_lab",
     "gpulab.profile_lab": "gpulab.lessons.profile_lab",
     "gpulab.selfcheck": "gpulab.app.selfcheck",
     "gpulab.summary": "gpulab.app.summary",

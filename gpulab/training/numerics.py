@@ -183,8 +183,10 @@ def gradient_underflow(model_cfg: GPTConfig, tokens: torch.Tensor, *, batch_size
     return report
 
 
-def plot_underflow(report: UnderflowReport, title: str = ""):
-    """Histogram of FP32 gradient magnitudes (log2) with FP16's smallest normal and subnormal numbers marked."""
+def plot_underflow(report: UnderflowReport, title: str = "", *, bar_color: str = "#00798c",
+                   limit_color: str = "#d1495b"):
+    """Histogram of FP32 gradient magnitudes (log2) with FP16's smallest normal and subnormal numbers marked
+    (`bar_color` and `limit_color` let a notebook keep one colour per precision across its figures)."""
     import matplotlib.pyplot as plt
 
     fp16 = format_info("fp16")
@@ -196,9 +198,10 @@ def plot_underflow(report: UnderflowReport, title: str = ""):
                              (axes[1], report.hist_params, "parameter gradients")):
         total = sum(counts) or 1
         below = sum(c for x, c in zip(centers, counts) if x < math.log2(fp16.smallest_subnormal))
-        ax.bar(centers, counts, width=width * 0.9, color="#00798c")
-        ax.axvline(math.log2(fp16.smallest_normal), color="#d1495b", ls="--", lw=1, label="FP16 smallest normal 2^-14")
-        ax.axvline(math.log2(fp16.smallest_subnormal), color="#d1495b", lw=1.5, label="FP16 smallest subnormal 2^-24")
+        ax.bar(centers, counts, width=width * 0.9, color=bar_color)
+        ax.axvline(math.log2(fp16.smallest_normal), color=limit_color, ls="--", lw=1, label="FP16 smallest normal 2^-14")
+        ax.axvline(math.log2(fp16.smallest_subnormal), color=limit_color, lw=1.5,
+                   label="FP16 smallest subnormal 2^-24")
         ax.set_yscale("log")
         ax.set_xlabel("log2 |gradient| in FP32")
         ax.set_ylabel("elements")
