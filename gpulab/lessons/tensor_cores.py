@@ -213,7 +213,7 @@ def alignment_report(align: dict[str, Any], ratio_est: dict[str, Estimate], ref:
         ref_ratio = [rc[c.name].after.tflops / rc[c.name].before.tflops if c.name in rc and rc[c.name].before.tflops
                      else None for c in align.values()]
     fig = plots.bars(list(ratio_est), [e.value for e in ratio_est.values()], ylabel="aligned ÷ misaligned TFLOP/s",
-                     title=f"alignment: throughput per FLOP ({dtype.upper()})", fmt="{:.3f}x", ref=ref_ratio)
+                     title=f"alignment: throughput per FLOP ({dtype.upper()})", fmt="{:.3g}x", ref=ref_ratio)
     ax = fig.axes[0]
     ests = list(ratio_est.values())
     xs = [p.get_x() + p.get_width() / 2 for p in ax.patches[:len(ests)]]
