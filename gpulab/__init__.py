@@ -38,7 +38,7 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_compat.install()  # old module paths (gpulab.matmul_lab, gpulab.plots, ...) keep working for one release
+_compat.install()  # old module paths (gpulab.plots, gpulab.widgets, ...) keep working for one release
 
 
 def track(**kwargs: Any) -> StepTracker:

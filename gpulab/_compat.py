@@ -1,4 +1,4 @@
-"""Old module paths keep working for one release: `import gpulab.matmul_lab` imports gpulab.lessons.matmul_lab
+"""Old module paths keep working for one release: `import gpulab.widgets` imports gpulab.display.widgets
 with a DeprecationWarning (the modules moved into lessons/, app/ and display/)."""
 from __future__ import annotations
 
@@ -15,10 +15,6 @@ MOVED = {
     "gpulab.course": "gpulab.app.course",
     "gpulab.data_lab": "gpulab.lessons.data_lab",
     "gpulab.html_export": "gpulab.app.html_export",
-    "gpulab.matmul_lab": "gpulab.lessons.matmul_lab",
-    "gpulab.measuring_claims": "gpulab.lessons.measuring_claims",
-    "gpulab.measuring_lab": "gpulab.lessons.measuring_lab",
-    "gpulab.measuring_lesson": "gpulab.lessons.measuring_lesson",
     "gpulab.multigpu_lab": "gpulab.lessons.multigpu_lab",
     "gpulab.multigpu_report": "gpulab.lessons.multigpu_report",
     "gpulab.plots": "gpulab.display.plots",
@@ -26,7 +22,6 @@ MOVED = {
     "gpulab.selfcheck": "gpulab.app.selfcheck",
     "gpulab.summary": "gpulab.app.summary",
     "gpulab.sync_lab": "gpulab.lessons.sync_lab",
-    "gpulab.tensor_cores_lesson": "gpulab.lessons.tensor_cores_lesson",
     "gpulab.widgets": "gpulab.display.widgets"
 ,}
 

@@ -20,8 +20,8 @@ def test_dtype_support_says_why_not():
     assert dtype_support(cpu, "fp32") is None and "CUDA" in dtype_support(cpu, "fp8")
     v100 = DeviceInfo(kind="cuda", name="Tesla V100", capability=(7, 0))
     assert "Ampere" in dtype_support(v100, "bf16")
-    from gpulab.lessons import matmul_lab
-    assert matmul_lab.dtype_support is dtype_support  # the lesson uses the one source
+    from gpulab import matmuls
+    assert matmuls.dtype_support is dtype_support  # the matmul workloads use the one source
 
 
 def test_oom_detection_has_one_home():

@@ -10,7 +10,7 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "gpulab"
 CORE = ["checks", "claims", "compiler", "params", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
         "lesson", "tracker", "traces"]
-TOOLS = ["dataloading", "batchsize", "fused_loss", "workloads", "training", "distributed"]
+TOOLS = ["dataloading", "batchsize", "fused_loss", "workloads", "training", "distributed", "matmuls", "sampling"]
 OTHER = {"_rank", "_compat", "__main__"}  # a rank's entry point, old module paths, the CLI entry
 UPPER = ("gpulab.lessons", "gpulab.app", "gpulab.display")
 
@@ -43,12 +43,12 @@ def test_no_module_over_500_lines():
 def test_old_module_paths_still_import_with_a_warning():
     code = ("import sys, warnings; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
             "import gpulab; warnings.simplefilter('error')\n"
-            "try:\n    import gpulab.matmul_lab\nexcept DeprecationWarning as e:\n    print('warned', e)\n"
-            "warnings.simplefilter('ignore'); import gpulab.matmul_lab as old, gpulab.lessons.matmul_lab as new; "
+            "try:\n    import gpulab.widgets\nexcept DeprecationWarning as e:\n    print('warned', e)\n"
+            "warnings.simplefilter('ignore'); import gpulab.widgets as old, gpulab.display.widgets as new; "
             "print(old is new)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=PKG.parent).stdout
-    assert "warned gpulab.matmul_lab moved to gpulab.lessons.matmul_lab" in out and out.strip().endswith("True")
+    assert "warned gpulab.widgets moved to gpulab.display.widgets" in out and out.strip().endswith("True")
 
 
 @pytest.mark.parametrize("module", CORE + TOOLS)

@@ -1,43 +1,87 @@
-"""The scaffolding of notebooks 01 and 02: sizes, claims as data, and the small report functions, on the CPU."""
+"""The lesson modules of notebooks 01 and 02 (claims as data, evidence, tables and figures), on the CPU."""
+import glob
+import re
+from pathlib import Path
+
 import pytest
 
 import gpulab as gl
-from gpulab.lessons import measuring_claims as mc
-from gpulab.lessons import measuring_lesson as L
-from gpulab.lessons import tensor_cores_lesson as T
 from gpulab.claims import Estimate
 from gpulab.lesson import _as_spec
+from gpulab.lessons import measuring as M
+from gpulab.lessons import tensor_cores as TC
+from gpulab.monitor import Trace
+from gpulab.params import SCHEMAS
+from gpulab.sampling import BurstRun
+
+GUIDE = Path("/work/shared/guide")
 
 
-def test_smoke_sizes_have_full_sizes_and_claims_are_valid_specs():
-    for mod, claims in ((L, mc.CLAIMS), (T, T.CLAIMS)):
-        assert set(mod.SMOKE) <= set(mod.FULL)
+def test_claims_are_valid_specs_with_unique_keys():
+    for claims in (M.CLAIMS, TC.CLAIMS):
         specs = [_as_spec(c) for c in claims]
         assert len({s.key for s in specs}) == len(specs)
-    keys = {c["key"] for c in mc.CLAIMS}
-    assert set(mc.NOT_COMPARABLE) | set(mc.UNTESTABLE) <= keys
-    assert set(T.UNTESTABLE) <= {c["key"] for c in T.CLAIMS}
+        assert all(s.quote and s.source for s in specs)
+    keys = {c["key"] for c in M.CLAIMS}
+    assert set(M.NOT_COMPARABLE) | set(M.UNTESTABLE) <= keys
+    assert set(TC.UNTESTABLE) <= {c["key"] for c in TC.CLAIMS}
+
+
+@pytest.mark.skipif(not GUIDE.exists(), reason="the guide's files are not on this machine")
+def test_quotes_are_the_guides_words_verbatim():
+    text = " ".join(Path(f).read_text() for f in glob.glob(str(GUIDE / "*.txt")))
+    squash = lambda s: re.sub(r"\s+", " ", s)  # noqa: E731
+    for c in [*M.CLAIMS, *TC.CLAIMS, TC.square_claim(128, 127).__dict__]:
+        assert squash(c["quote"]) in squash(text), c["key"]
+
+
+def test_sizes_live_in_the_schemas():
+    for name in ("01_measuring", "02_tensor_cores"):
+        sized = {k: p for k, p in SCHEMAS[name].items() if p.has_default}
+        assert {"BIG_N", "MIN_TIME_S"} <= set(sized)
+    assert SCHEMAS["01_measuring"]["BIG_N"].size_for(False) == 4096
+    assert SCHEMAS["01_measuring"]["BIG_N"].size_for(True) == 64
+    assert SCHEMAS["02_tensor_cores"]["BIG_N"].size_for(False) == 8192
+    assert SCHEMAS["02_tensor_cores"]["ROUNDS"].size_for(True) == 2
 
 
 def test_tiny_count_refuses_unequal_flops():
-    assert L.tiny_count(64, 16) == 64
+    assert M.tiny_count(64, 16) == 64
     with pytest.raises(ValueError, match="TINY_SIZE"):
-        L.tiny_count(64, 24)
+        M.tiny_count(64, 24)
 
 
 def test_evidence_without_a_reading_gives_the_reason():
-    for value, why in (mc.window(None), mc.bursts(None, []), mc.memory_util(None, 64),
-                       mc.target_util(None, None)):
+    for value, why in (M.window(None), M.bursts(None, []), M.kernels_active(None, []), M.memory_util({"copy": None}),
+                       M.target_util(None, None), M.compute_types(None, None, "bf16")):
         assert value is None and why.startswith("needs")
-    assert mc.window(Estimate(1.0, 0.9, 1.1))[0].value == 1.0
+    assert M.window(Estimate(1.0, 0.9, 1.1))[0].value == 1.0
+
+
+def test_kernels_active_is_nvml_over_the_busy_share_and_can_fail():
+    """Judged on NVML's reading over the events' busy share: a ratio near 1 confirms, an 'any kernel in the period'
+    reading (about 5x on 20% busy bursts) refutes."""
+    run = BurstRun(burst_ms=10, gap_ms=40, periods=[(0, 1, 100.0, 20.0)] * 3)
+    spec = _as_spec(next(c for c in M.CLAIMS if c["key"] == "kernels_active"))
+    est, note = M.kernels_active(Estimate(5.0, 4.8, 5.2), [run])
+    assert spec.new().check(est).verdict.startswith("refuted") and "ours" in note
+    assert spec.new().check(Estimate(1.0, 0.95, 1.05)).verdict == "confirmed"
+
+
+def test_memory_util_is_judged_on_the_workload_where_the_readings_differ_more():
+    def trace(mem, dram):
+        return Trace(series={"nvml_mem_util": [(0.1, mem), (0.2, mem), (0.3, mem)],
+                             "gpm_dram_bw": [(0.5, dram), (1.5, dram)]}, window={"gpm_dram_bw": dram})
+
+    est, note = M.memory_util({"copy": trace(60.0, 90.0), "matmul": trace(5.0, 4.0)})
+    assert est.value == pytest.approx(-30.0) and "judged on the copy" in note
 
 
 def test_lesson_records_every_claim_on_cpu(cpu_device, tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
-    les = gl.lesson("02_tensor_cores", {"SMOKE": True}, full=T.FULL, smoke=T.SMOKE, claims=T.CLAIMS,
-                    device=cpu_device, show=False)
-    T.declare_square_claim(les, 128, 127)
-    T.record_the_rest(les)
+    les = gl.lesson("02_tensor_cores", {"SMOKE": True}, claims=TC.CLAIMS, device=cpu_device, show=False)
+    les.claims["align_square matmul"] = TC.square_claim(128, 127)
+    TC.record_the_rest(les)
     les.save()
     texts = {c.text: c.verdict for c in les.result.claims}
     assert texts["Matmul dimensions should be multiples of 8 for tensor cores (128 vs 127) (aligned ÷ misaligned "
@@ -46,18 +90,14 @@ def test_lesson_records_every_claim_on_cpu(cpu_device, tmp_path, monkeypatch):
 
 
 def test_bad_neighbours_are_the_guides():
-    assert T.bad_neighbours(4096, 32, 1024, 768) == dict(n=4095, batch=33, hidden=770, seq=1000)
+    assert TC.bad_neighbours(4096, 32, 1024, 768) == dict(n=4095, batch=33, hidden=770, seq=1000)
 
 
-def test_host_clock_and_flop_counts_on_cpu():
-    m = L.host_clock(lambda: None, sync_after=True, reps=3)
-    assert m.median >= 0 and m.label == "host clock"
-    import torch
+def test_tables_use_readable_numbers():
+    from gpulab.timing import Measurement
 
-    from gpulab.workloads import GPT, GPTConfig
-    cfg = GPTConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=16, block_size=8)
-    model = GPT(cfg)
-    x = torch.randint(0, 64, (2, 8))
-    counts = L.flop_counts(cfg, 2, model.num_params(), lambda: model(x), lambda: model(x, x)[1].backward())
-    assert set(counts) == {"guide §1.2 formula", "6N + 12·L·H·Q·T", "FlopCounterMode"}
-    assert all(t > f > 0 for f, t in counts.values())
+    table = TC.dtype_table({"fp32": Measurement("fp32", [2e-3] * 3), "bf16": Measurement("bf16", [2e-4] * 3)}, 1e12)
+    assert "10.0x" in table and "500 TFLOP/s" in table
+    html = M.counts_html({"x": (1.7e12, 5.1e12)}, "t")
+    assert "1.70 TFLOP" in html and "5.10 TFLOP" in html
+    assert "periods read as 0%" in M.bursts_html([BurstRun(1, 9)])

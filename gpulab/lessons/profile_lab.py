@@ -360,7 +360,7 @@ def case_study_trainer(*, small: bool, device: Any = None) -> Any:
     `small`. Close it when done."""
     from .. import training as T
     from ..device import get_device
-    from .measuring_lab import optimised_config
+    from ..training import optimised_config
     from ..workloads import ByteTokenizer, GPTConfig, build_text_corpus
 
     dev = device or get_device()

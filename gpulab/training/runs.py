@@ -216,3 +216,39 @@ def loss_gap_estimate(losses: list[float], reference: list[float], window: int |
     value = (statistics.fmean(a[-k:]) / statistics.fmean(b[-k:]) - 1) * 100
     q1, _, q3 = quantiles([(x / y - 1) * 100 for x, y in zip(a, b)])
     return Estimate(value, min(q1, value), max(q3, value))
+
+
+def optimised_config(model: Any, *, batch_size: int, grad_accum: int, num_workers: int, compile: bool,
+                     device: DeviceInfo | None = None) -> TrainConfig:
+    """The course's optimised training loop (notebook 08's final configuration) for a GPT of shape `model`.
+
+    BF16 weights with FP32 master weights, fused AdamW, flash (or cuDNN) attention, the fused lm_head + loss,
+    no per-step syncs, DataLoader workers with pinned memory, a padded vocabulary and (with `compile`)
+    torch.compile. Notebook 01 judges the guide's "40-60% MFU: good transformer training" on it.
+    """
+    from .config import waterfall_configs
+    from .trainer import cudnn_attention_available
+
+    device = device or get_device()
+    naive = TrainConfig(model=model, batch_size=batch_size)
+    cudnn = cudnn_attention_available(device.torch_device)[0] if device.is_cuda else False
+    steps = waterfall_configs(naive, batch_size=batch_size, grad_accum=grad_accum, num_workers=num_workers,
+                              compile=compile, cudnn_attention=cudnn, fused_loss=True, bf16_weights=True)
+    return steps[-1][1]
+
+
+def measure_optimised(config: TrainConfig, tokens: Any, *, device: DeviceInfo | None = None, min_time_s: float = 2.0,
+                      peaks: Any = None) -> tuple[ConfigRun, str]:
+    """Time `config` (measure_config); if torch.compile fails on this machine, the same loop uncompiled.
+
+    Returns (the run, a note: "" or the sentence saying the compile failed and the loop ran uncompiled).
+    """
+    try:
+        return measure_config("optimised loop", config, tokens, device=device, min_time_s=min_time_s,
+                              peaks=peaks)[0], ""
+    except Exception as e:  # a missing compiler or Triton must not stop the notebook
+        if not config.compile:
+            raise
+        note = f"torch.compile failed here ({type(e).__name__}), so the loop runs uncompiled. "
+        return measure_config("optimised loop", config.replace(compile=False), tokens, device=device,
+                              min_time_s=min_time_s, peaks=peaks)[0], note

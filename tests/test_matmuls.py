@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from gpulab.lessons import matmul_lab as ml
+from gpulab import matmuls as ml
 from gpulab.device import DeviceInfo, lookup_peaks
 
 CPU = DeviceInfo(kind="cpu", name="test cpu")

@@ -1,7 +1,8 @@
-"""Matmul experiments for the tensor-core notebook: TFLOP/s sweeps over sizes and dtypes, FP8 through
-torch._scaled_mm, arithmetic intensity, the number formats from torch.finfo, tiny-kernel loops and CUDA graphs.
+"""Matmuls as workloads, shared by the measuring and tensor-core notebooks (01, 02): one matmul per dtype as a
+callable (FP8 through torch._scaled_mm), many tiny matmuls from a Python loop or a CUDA graph, TFLOP/s sweeps over
+sizes and dtypes, arithmetic intensity, the number formats from torch.finfo, and the layers of the alignment tests.
 
-    from gpulab.lessons import matmul_lab as ml
+    from gpulab import matmuls as ml
     sw = ml.sweep_matmul([256, 1024, 4096], ["fp32", "tf32", "bf16"])   # MatmulSweep, .series("bf16")
     ml.matmul_intensity(4096, "bf16")                                   # FLOPs per byte of one 4096³ matmul
     ml.format_table()                                                   # FP32, TF32, BF16, FP16, FP8 from finfo
@@ -16,11 +17,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from ..device import DTYPES, PEAK_TABLE, DeviceInfo, MeasuredPeaks, check_dtype, float32_matmul_precision, get_device
-from ..dtypes import dtype_support, torch_dtype  # noqa: F401 (dtype_support: one source, still importable here)
-from ..flops import attention_flops, matmul_flops
-from ..timing import benchmark
-from ..workloads import MLP, Block, GPTConfig, random_matmul_inputs
+from .device import DTYPES, PEAK_TABLE, DeviceInfo, MeasuredPeaks, check_dtype, float32_matmul_precision, get_device
+from .dtypes import dtype_support, torch_dtype  # noqa: F401 (dtype_support: one source, still importable here)
+from .flops import attention_flops, matmul_flops
+from .timing import benchmark
+from .workloads import MLP, Block, GPTConfig, random_matmul_inputs
 
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 FP8_OUT_BYTES = 2  # torch._scaled_mm here writes BF16

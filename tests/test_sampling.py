@@ -1,6 +1,9 @@
+"""gpulab.sampling (NVML readings with intervals, bursts of known busy time), and the small helpers of 01 and 02."""
 import pytest
 
-from gpulab.lessons import measuring_lab as ms
+from gpulab import claims, sampling, training
+from gpulab.lessons import measuring as M
+from gpulab.lessons import tensor_cores as TC
 from gpulab.claims import Estimate
 from gpulab.device import DeviceInfo
 from gpulab.experiment import Comparison, RunResult
@@ -12,37 +15,36 @@ CPU = DeviceInfo(kind="cpu", name="test cpu")
 
 def test_samples_estimate_is_the_mean_within_the_quartiles():
     tr = Trace(series={"nvml_util": [(0.1, 100.0), (0.2, 100.0), (0.3, 100.0), (0.4, 0.0)]})
-    est = ms.samples_estimate(tr, "nvml_util")
+    est = sampling.samples_estimate(tr, "nvml_util")
     assert est.value == pytest.approx(75.0)
     assert est.lo <= est.value <= est.hi and est.hi == 100.0
-    assert ms.samples_estimate(tr, "gpm_sm_active") is None
-    assert ms.samples_estimate(None, "nvml_util") is None
+    assert sampling.samples_estimate(tr, "gpm_sm_active") is None
+    assert sampling.samples_estimate(None, "nvml_util") is None
 
 
 def test_gpm_estimate_takes_the_window_value_and_the_per_second_range():
     tr = Trace(series={"gpm_tensor_active": [(0.5, 70.0), (1.5, 90.0)]}, window={"gpm_tensor_active": 80.0})
-    assert ms.gpm_estimate(tr, "gpm_tensor_active") == Estimate(80.0, 70.0, 90.0)
+    assert sampling.gpm_estimate(tr, "gpm_tensor_active") == Estimate(80.0, 70.0, 90.0)
     only_samples = Trace(series={"gpm_tensor_active": [(0.5, 60.0), (1.5, 60.0)]})
-    assert ms.gpm_estimate(only_samples, "gpm_tensor_active").value == 60.0
-    assert ms.gpm_estimate(Trace(), "gpm_tensor_active") is None
+    assert sampling.gpm_estimate(only_samples, "gpm_tensor_active").value == 60.0
+    assert sampling.gpm_estimate(Trace(), "gpm_tensor_active") is None
 
 
 def test_gpm_estimate_steady_drops_the_edge_readings():
     """A sustained claim reads the steady state: the start-up and the partial last second do not count."""
     series = [(0.5, 40.0), (1.5, 86.0), (2.5, 85.0), (3.5, 87.0), (4.5, 86.0), (5.2, 95.0)]
     tr = Trace(series={"gpm_tensor_active": series}, window={"gpm_tensor_active": 80.0})
-    assert ms.gpm_estimate(tr, "gpm_tensor_active") == Estimate(80.0, 40.0, 95.0)
-    assert ms.gpm_estimate(tr, "gpm_tensor_active", steady=True) == Estimate(86.0, 85.0, 87.0)
+    assert sampling.gpm_estimate(tr, "gpm_tensor_active") == Estimate(80.0, 40.0, 95.0)
+    assert sampling.gpm_estimate(tr, "gpm_tensor_active", steady=True) == Estimate(86.0, 85.0, 87.0)
     short = Trace(series={"gpm_tensor_active": series[:3]}, window={"gpm_tensor_active": 70.0})
-    assert ms.gpm_estimate(short, "gpm_tensor_active", steady=True) == Estimate(70.0, 40.0, 86.0)  # too few to drop
+    assert sampling.gpm_estimate(short, "gpm_tensor_active", steady=True) == Estimate(70.0, 40.0, 86.0)  # too few to drop
 
 
 def test_ratio_and_difference_take_the_extreme_ends():
     a, b = Estimate(10, 9, 11), Estimate(2, 1, 4)
-    assert ms.ratio(a, b) == Estimate(5, 9 / 4, 11)
-    assert ms.difference(a, b) == Estimate(8, 5, 10)
-    with pytest.raises(ValueError, match="positive"):
-        ms.ratio(a, Estimate(0, 0, 1))
+    assert claims.ratio(a, b) == Estimate(5, 9 / 4, 11)
+    assert claims.difference(a, b) == Estimate(8, 5, 10)
+    assert claims.ratio(a, Estimate(0, 0, 1)) is None  # a denominator whose interval reaches zero
 
 
 def _run(times, flops):
@@ -51,36 +53,36 @@ def _run(times, flops):
 
 def test_mfu_estimate_maps_the_timing_quartiles():
     run = _run([1.0, 1.0, 2.0, 2.0, 2.0], flops=100e12)  # 100 TFLOP per call
-    est = ms.mfu_estimate(run, peak_tflops=100)
+    est = M.mfu_estimate(run, peak_tflops=100)
     assert est.value == pytest.approx(50.0)  # median 2 s: 50 TFLOP/s of 100
     assert est.lo == pytest.approx(50.0) and est.hi == pytest.approx(100.0)  # q3 2 s, q1 1 s
-    assert ms.mfu_estimate(run, None) is None
+    assert M.mfu_estimate(run, None) is None
 
 
 def test_tflops_ratio_scales_the_speedup_by_the_flop_ratio():
     before, after = _run([2.0] * 5, flops=90.0), _run([1.0] * 5, flops=100.0)
     cmp = Comparison(name="align", before=before, after=after)
-    est = ms.tflops_ratio(cmp)
+    est = TC.tflops_ratio(cmp)
     assert est.value == pytest.approx(2.0 * 100 / 90)
     assert est.value == pytest.approx(after.tflops / before.tflops)
     with pytest.raises(ValueError, match="flops"):
-        ms.tflops_ratio(Comparison(name="x", before=_run([1.0], None), after=after))
+        TC.tflops_ratio(Comparison(name="x", before=_run([1.0], None), after=after))
 
 
 def test_sample_period_from_the_spacing_of_nvml_samples():
     tr = Trace(series={"nvml_util": [(i / 6, 50.0) for i in range(10)]})
-    est = ms.sample_period([tr, None])
+    est = sampling.sample_period([tr, None])
     assert est.value == pytest.approx(1 / 6)
-    assert ms.sample_period([Trace()]) is None
+    assert sampling.sample_period([Trace()]) is None
 
 
 def test_burst_periods_pair_each_sample_with_the_true_busy_share():
     busy = [(0.0, 0.01), (0.05, 0.06), (0.10, 0.11), (0.15, 0.16)]  # 10 ms of every 50 ms: 20% busy
     samples = [(0.0, 0.0), (0.1, 25.0), (0.2, 0.0), (0.3, 100.0)]
-    periods = ms.burst_periods(samples, busy, start=0.0, end=0.2)
+    periods = sampling.burst_periods(samples, busy, start=0.0, end=0.2)
     assert [p[:3] for p in periods] == [(0.0, 0.1, 25.0), (0.1, 0.2, 0.0)]  # (0.2, 0.3] lies outside
     assert periods[0][3] == pytest.approx(20.0) and periods[1][3] == pytest.approx(20.0)
-    run = ms.BurstRun(burst_ms=10, gap_ms=40, busy=busy, periods=periods)
+    run = sampling.BurstRun(burst_ms=10, gap_ms=40, busy=busy, periods=periods)
     assert run.true_busy_pct == pytest.approx(20.0)
     assert run.nvml_pct == pytest.approx(12.5)
     assert run.missed_periods == 1
@@ -88,31 +90,31 @@ def test_burst_periods_pair_each_sample_with_the_true_busy_share():
 
 
 def test_captured_share_pools_and_needs_three_periods():
-    run = ms.BurstRun(burst_ms=1, gap_ms=9, periods=[(0, 1, 10.0, 10.0), (1, 2, 20.0, 10.0), (2, 3, 0.0, 10.0),
+    run = sampling.BurstRun(burst_ms=1, gap_ms=9, periods=[(0, 1, 10.0, 10.0), (1, 2, 20.0, 10.0), (2, 3, 0.0, 10.0),
                                                      (3, 4, 99.0, 0.0)])  # an idle period is left out
-    est = ms.captured_share([run])
+    est = sampling.captured_share([run])
     assert est.value == pytest.approx(1.0)  # 30 of 30 busy percent-seconds
     assert est.lo <= 1.0 <= est.hi
-    assert ms.captured_share([ms.BurstRun(1, 9, periods=[(0, 1, 5.0, 10.0)])]) is None
+    assert sampling.captured_share([sampling.BurstRun(1, 9, periods=[(0, 1, 5.0, 10.0)])]) is None
 
 
 def test_run_bursts_checks_its_input_and_needs_a_gpu():
     with pytest.raises(ValueError, match="gap_ms"):
-        ms.run_bursts(lambda: None, 1e-3, burst_ms=1, gap_ms=0, device=CPU)
+        sampling.run_bursts(lambda: None, 1e-3, burst_ms=1, gap_ms=0, device=CPU)
     with pytest.raises(ValueError, match="CUDA"):
-        ms.run_bursts(lambda: None, 1e-3, burst_ms=1, gap_ms=9, device=CPU)
-    assert "periods read as 0%" in ms.bursts_html([ms.BurstRun(1, 9)])
+        sampling.run_bursts(lambda: None, 1e-3, burst_ms=1, gap_ms=9, device=CPU)
+    assert "periods read as 0%" in M.bursts_html([sampling.BurstRun(1, 9)])
 
 
 def test_optimised_config_is_the_case_studys_final_loop():
     from gpulab.workloads import GPTConfig
 
     model = GPTConfig(vocab_size=300, n_layer=2, n_head=2, n_embd=64, block_size=64)
-    cfg = ms.optimised_config(model, batch_size=8, grad_accum=2, num_workers=1, compile=False, device=CPU)
+    cfg = training.optimised_config(model, batch_size=8, grad_accum=2, num_workers=1, compile=False, device=CPU)
     assert (cfg.batch_size, cfg.grad_accum, cfg.num_workers) == (8, 2, 1)
     assert cfg.param_dtype == "bf16" and cfg.master_weights and cfg.fused_loss and cfg.fused_adamw
     assert cfg.attn == "sdpa" and not cfg.sync_every_step and cfg.pad_vocab and not cfg.compile
-    assert ms.optimised_config(model, batch_size=8, grad_accum=2, num_workers=1, compile=True, device=CPU).compile
+    assert training.optimised_config(model, batch_size=8, grad_accum=2, num_workers=1, compile=True, device=CPU).compile
 
 
 def test_run_bursts_pairs_event_times_with_nvml_samples(monkeypatch):
@@ -135,7 +137,7 @@ def test_run_bursts_pairs_event_times_with_nvml_samples(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     calls = []
-    run = ms.run_bursts(lambda: calls.append(1), 1e-3, burst_ms=2, gap_ms=8, seconds=0.6, device=FAKE_GPU,
+    run = sampling.run_bursts(lambda: calls.append(1), 1e-3, burst_ms=2, gap_ms=8, seconds=0.6, device=FAKE_GPU,
                         nvml=FakeNVML(util=20))
     assert len(calls) >= 2 * len(run.busy) and len(run.busy) >= 10  # 2 calls a burst, plus a warm-up call
     assert all(e - s == pytest.approx(2e-3) for s, e in run.busy)

@@ -1,11 +1,11 @@
-"""Lessons of the measuring notebooks (01, 02): intervals for monitor readings and derived ratios, NVML's
-utilization against short bursts of work whose busy time is known, and the course's optimised training loop.
+"""How NVML and GPM report what ran: a reading with its interval, NVML's sample period, and NVML's utilization
+against bursts of GPU work whose busy time is known from CUDA events (shared by notebooks 01 and 02).
 
-    from gpulab.lessons import measuring_lab as ms
-    ms.samples_estimate(run.trace, "nvml_util")      # mean of NVML's samples, interval from their quartiles
-    ms.gpm_estimate(gl.watch(fn), "gpm_tensor_active")  # whole-window GPM value, interval from its 1 s readings
-    ms.mfu_estimate(run, peak_tflops=989)           # MFU in % with the interval of the step's timings
-    bursts = ms.run_bursts(work, per_call_s, burst_ms=2, gap_ms=18)   # NVML vs the known busy share
+    from gpulab import sampling
+    sampling.samples_estimate(run.trace, "nvml_util")         # mean of NVML's samples, interval their quartiles
+    sampling.gpm_estimate(gl.watch(fn), "gpm_tensor_active")  # whole-window GPM value, interval its 1 s readings
+    bursts = sampling.run_bursts(work, per_call_s, burst_ms=2, gap_ms=18)   # NVML beside the known busy share
+    sampling.captured_share([bursts])                         # NVML's reading over the true busy time
 """
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .. import claims
-from ..claims import Estimate, difference  # noqa: F401  (difference: used by notebook 01 as ms.difference)
-from ..device import DeviceInfo, get_device
-from ..monitor import Monitor, Trace
-from ..timing import quantiles
+from .claims import Estimate
+from .device import DeviceInfo, get_device
+from .monitor import Monitor, Trace
+from .timing import quantiles
 
 # ---------------------------------------------------------------- intervals for what a run read
 
@@ -46,30 +45,6 @@ def gpm_estimate(trace: Trace | None, metric: str, *, steady: bool = False) -> E
         return Estimate.median_of(readings[1:-1])
     vals = readings + [v]
     return Estimate(v, min(vals), max(vals))
-
-
-def ratio(a: Estimate, b: Estimate) -> Estimate:
-    """a / b of two positive estimates, the interval from both ends (a.lo / b.hi to a.hi / b.lo)."""
-    if min(a.lo, b.lo) <= 0:
-        raise ValueError(f"ratio needs positive estimates, got {a!r} and {b!r}")
-    return claims.ratio(a, b)
-
-
-def mfu_estimate(run: Any, peak_tflops: float | None) -> Estimate | None:
-    """MFU in % of `peak_tflops` of a RunResult, the interval from its timings' quartiles; None without a peak."""
-    if not peak_tflops or not getattr(run, "flops", None):
-        return None
-    flops = run.flops
-    return run.measurement.estimate().map(lambda t: 100 * flops / t / 1e12 / peak_tflops)
-
-
-def tflops_ratio(cmp: Any) -> Estimate:
-    """after TFLOP/s ÷ before TFLOP/s of a Comparison whose sides do different FLOPs, with the interval of the
-    speedup (paired rounds or quartiles): TFLOP/s ratio = speedup × after FLOPs / before FLOPs."""
-    fb, fa = cmp.before.flops, cmp.after.flops
-    if not fb or not fa:
-        raise ValueError("both sides of the comparison need flops for a TFLOP/s ratio")
-    return cmp.estimate().map(lambda s: s * fa / fb)
 
 
 def sample_period(traces: Sequence[Trace]) -> Estimate | None:
@@ -182,33 +157,3 @@ def run_bursts(work: Callable[[], Any], per_call_s: float, *, burst_ms: float, g
             time.sleep(gap_ms / 1e3)
     run.periods = burst_periods(mon.trace.series.get("nvml_util", []), run.busy, run.busy[0][0], run.busy[-1][1])
     return run
-
-
-def bursts_html(runs: Sequence[BurstRun]) -> str:
-    """A table of burst patterns: burst and gap, periods sampled, true busy share, NVML's reading, misses."""
-    def pct(x: float | None) -> str:
-        return "n/a" if x is None else f"{x:.1f}%"
-
-    rows = "".join(f"<tr><td>{r.burst_ms:g} ms</td><td>{r.gap_ms:g} ms</td><td>{len(r.periods)}</td>"
-                   f"<td>{pct(r.true_busy_pct)}</td><td>{pct(r.nvml_pct)}</td><td>{r.missed_periods}</td></tr>"
-                   for r in runs)
-    return ("<table><tr><th>burst</th><th>idle gap</th><th>NVML periods</th><th>GPU busy (events)</th>"
-            f"<th>NVML utilization.gpu</th><th>periods read as 0%</th></tr>{rows}</table>")
-
-
-# ---------------------------------------------------------------- the course's optimised training loop
-
-
-def optimised_config(model: Any, *, batch_size: int, grad_accum: int, num_workers: int, compile: bool,
-                     device: DeviceInfo | None = None) -> Any:
-    """Notebook 08's final training configuration for a GPT of shape `model` (a GPTConfig): BF16 weights with
-    FP32 master weights, fused AdamW, flash (or cuDNN) attention, the fused lm_head + loss, no per-step
-    syncs, DataLoader workers with pinned memory, a padded vocabulary and (with `compile`) torch.compile."""
-    from .. import training as T  # the training loop is a workload: imported only when asked for
-
-    device = device or get_device()
-    naive = T.TrainConfig(model=model, batch_size=batch_size)
-    cudnn = T.cudnn_attention_available(device.torch_device)[0] if device.is_cuda else False
-    steps = T.waterfall_configs(naive, batch_size=batch_size, grad_accum=grad_accum, num_workers=num_workers,
-                                compile=compile, cudnn_attention=cudnn, fused_loss=True, bf16_weights=True)
-    return steps[-1][1]
