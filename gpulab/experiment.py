@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from . import checks
 from .claims import Claim, Estimate, as_number, median_interval
-from .display.text import pct, si
+from .text import pct, si
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace

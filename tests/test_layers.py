@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "gpulab"
-CORE = ["checks", "claims", "compiler", "params", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
+CORE = ["checks", "text", "claims", "compiler", "params", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
         "lesson", "tracker", "traces"]
 TOOLS = ["dataloading", "batchsize", "fused_loss", "workloads", "training", "distributed", "matmuls", "sampling"]
 OTHER = {"_rank", "_compat", "__main__"}  # a rank's entry point, old module paths, the CLI entry

@@ -1,4 +1,4 @@
-from gpulab.display.text import pct, plural, ratio, si, sig
+from gpulab.text import pct, plural, ratio, si, sig
 
 
 def test_three_significant_figures_with_si_prefixes():

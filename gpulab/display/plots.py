@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 
 from ..experiment import Comparison
 from ..monitor import METRICS, Trace
-from .text import si
+from ..text import si
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
 

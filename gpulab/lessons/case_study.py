@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..claims import Estimate, difference, ratio
-from ..display.text import pct, si
+from ..text import pct, si
 
 # One reason per other system, the same words wherever the reason is the same (the claims table groups them).
 VLM = ("arr-coc's vision-language model (Qwen3-VL backbone) on 8×A100, data-starved at the start; "

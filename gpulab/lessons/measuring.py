@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..claims import Estimate, difference
-from ..display.text import pct, ratio, si
+from ..text import pct, ratio, si
 from ..sampling import gpm_estimate, samples_estimate
 
 _S11, _TABLE = "guide §1.1", "guide §1.2 (Typical MFU Values)"
@@ -217,7 +217,7 @@ FIELDS = [("nvml_util", "utilization.gpu (%)"), ("nvml_mem_util", "utilization.m
 
 def fields_html(workloads: dict[str, tuple[Any, Any]]) -> str:
     """Every nvidia-smi field (and time, FLOP/s, MFU) for each workload: {name: (RunResult or None, Trace)}."""
-    from ..display.text import sig
+    from ..text import sig
 
     def per_run(fn):
         return ["—" if r is None else fn(r) for r, _ in workloads.values()]
@@ -243,7 +243,7 @@ def levels_figure(runs: Sequence[tuple[str, Any]], title: str = "three levels of
     """Grouped bars, values on each: NVML busy, GPM SM and tensor activity and MFU for each (label, RunResult)."""
     import matplotlib.pyplot as plt
 
-    from ..display.text import sig
+    from ..text import sig
 
     fig, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
     w = 0.8 / len(LEVELS)

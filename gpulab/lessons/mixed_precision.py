@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..claims import Claim, Estimate
-from ..display.text import pct, ratio, si
+from ..text import pct, ratio, si
 from ..timing import quantiles
 from ..training import Table, format_info, effective_mantissa_bits, smooth
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..claims import Estimate
-from ..display.text import ratio, si
+from ..text import ratio, si
 from ..lesson import ClaimSpec
 
 # The guide's §7.3 table, as printed (each row quoted verbatim below): the claims being checked.

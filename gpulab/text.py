@@ -1,6 +1,6 @@
 """Numbers and words for a reader: three significant figures with SI prefixes, one unit each, plurals right.
 
-    from gpulab.display.text import si, pct, plural, ratio
+    from gpulab.text import si, pct, plural, ratio
     si(123_376_394_007.9, "elements/s")   # '123 Gelements/s'
     pct(0.4734)                            # '47.3%'
     plural(1, "kernel")                    # '1 kernel'
