@@ -42,7 +42,8 @@ def smoke_run(tmp_path_factory):
             mp = pytest.MonkeyPatch()
             mp.setenv("GPULAB_RESULTS", str(tmp / "results"))
             try:
-                papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out), parameters={"SMOKE": True, **SMOKE_OVERRIDES.get(name, {})},
+                papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out),
+                                           parameters={"SMOKE": True, **SMOKE_OVERRIDES.get(name, {})},
                                            kernel_name="python3", cwd=str(notebooks), progress_bar=False)
             finally:
                 mp.undo()
