@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..claims import Estimate
 from ..device import synchronize
-from ..display.text import si
+from ..display.text import si, sig
 
 __all__ = ["CLAIMS", "TRAIN_NAME", "INFER_NAME", "Traffic", "eager_traffic", "FirstCall", "first_call",
            "mode_speed_ratio", "compile_time_ratio", "bandwidth_figure", "mfu_figure", "modes_figure", "gelu_panel"]
@@ -205,6 +205,13 @@ def compile_time_ratio(a: dict[str, Any], b: dict[str, Any], spread: float = 1.5
 
 # ---------------------------------------------------------------- figures and the widget
 
+class _Sig(str):
+    """A bar-label format that writes three significant figures without exponents (2,940, 6.03)."""
+
+    def format(self, v: float) -> str:  # type: ignore[override]
+        return sig(v)
+
+
 def bandwidth_figure(bandwidth: dict[str, float], ref: dict[str, Any] | None) -> None:
     """Each GELU's useful bandwidth and the eager chain's whole traffic, under the copy ceiling (dotted); the
     reference GPU's bars beside."""
@@ -216,12 +223,13 @@ def bandwidth_figure(bandwidth: dict[str, float], ref: dict[str, Any] | None) ->
     ref_bw = (ref or {}).get("extra", {}).get("gelu_bandwidth_gbs")
     labels = list(useful) + ["eager, all traffic"]
     fig = plots.bars(labels, list(useful.values()) + [bandwidth["eager_actual_traffic"]], ylabel="GB/s",
-                     title="GELU: useful bytes / time, against the copy ceiling", fmt="{:.3g}",
+                     title="GELU: useful bytes / time, against the copy ceiling", fmt=_Sig(),
                      colors=[plots.BEFORE] + [plots.AFTER] * (len(useful) - 1) + ["#b8b8b8"],
                      ref=[ref_bw.get(k) for k in useful] + [ref_bw.get("eager_actual_traffic")] if ref_bw else None)
-    fig.axes[0].axhline(bandwidth["copy"], ls=":", color="k")
-    fig.axes[0].annotate(f"device copy {si(bandwidth['copy'] * 1e9, 'B/s')} (this run)", (0, bandwidth["copy"]),
-                         fontsize=8, va="bottom")
+    ax = fig.axes[0]
+    ax.axhline(bandwidth["copy"], ls=":", color="k", label=f"device copy, this run: {si(bandwidth['copy'] * 1e9, 'B/s')}")
+    ax.set_ylim(0, 1.1 * max(bandwidth["copy"], ax.get_ylim()[1]))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=3)
     fig.tight_layout()
     plt.show()
 

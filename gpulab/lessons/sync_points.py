@@ -18,7 +18,7 @@ from ..claims import Estimate
 from ..display.text import pct, si, sig
 
 __all__ = ["CLAIMS", "pct_faster", "hidden_share", "CopyTiming", "copy_timing", "QueuedCopyTiming",
-           "queued_copy_timing", "busy_work", "trace_table_html", "mfu_figure", "busy_figure"]
+           "queued_copy_timing", "busy_work", "trace_table_html", "pairs_figure"]
 
 _CUDA, _S41, _S42 = ("cuda",), "guide §4.1", "guide §4.2"
 _REVIEW = "002 optimization review"
@@ -245,39 +245,44 @@ def trace_table_html(*comparisons: Any) -> str:
             f"<th>syncs per call</th></tr>{''.join(rows)}</table>")
 
 
-def _refc(ref: dict[str, Any] | None) -> list[Any] | None:
+def _mfu(side: Any) -> float | None:
+    return None if side.mfu is None else side.mfu * 100
+
+
+def _busy(side: Any) -> float | None:
+    p = side.profile
+    return None if p is None or p.busy_fraction is None else p.busy_fraction * 100
+
+
+def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str = "mfu", title: str = "") -> None:
+    """One group of bars per experiment (short label -> comparison): before and after of this run, the reference
+    GPU's pair beside in grey, each bar with its value. metric: "mfu" (% of the datasheet peak) or "busy" (the
+    trace's GPU busy share of wall time). Nothing is drawn when neither this run nor the reference has a value."""
+    import matplotlib.pyplot as plt
+
+    from ..display import plots
     from ..results import comparisons
-    return comparisons(ref) if ref else None
 
-
-def mfu_figure(loops: Sequence[Any], ref: dict[str, Any] | None) -> None:
-    """MFU of both sides of the training and eval loops, with the reference GPU's bars beside."""
-    import matplotlib.pyplot as plt
-
-    from ..display import plots
-    fig = plots.mfu(*loops, reference=_refc(ref), title="MFU of the training and eval loops")
-    fig.tight_layout()
-    plt.show()
-
-
-def busy_figure(comparisons: Sequence[Any], ref: dict[str, Any] | None) -> None:
-    """The trace's GPU busy share of each side of each experiment that ran, the reference GPU's beside."""
-    import matplotlib.pyplot as plt
-
-    from ..display import plots
-    rmap = {c.name: c for c in _refc(ref) or []}
-    labels, vals, refv = [], [], []
-    for c in (c for c in comparisons if c is not None):
-        for side, tag in ((c.before, "before"), (c.after, "after")):
-            labels.append(f"{c.name.split(':')[0]}\n{tag}")
-            vals.append(None if not side.profile or side.profile.busy_fraction is None
-                        else side.profile.busy_fraction * 100)
-            r = getattr(rmap[c.name], tag).profile if c.name in rmap else None
-            refv.append(None if not r or r.busy_fraction is None else r.busy_fraction * 100)
-    if all(v is None for v in vals + refv):
+    get, ylabel = (_mfu, "MFU, % of dense peak") if metric == "mfu" else (_busy, "GPU busy, % of wall time")
+    rmap = {c.name: c for c in comparisons(ref)} if ref else {}
+    groups = {k: c for k, c in groups.items() if c is not None}
+    mine = [[get(c.before), get(c.after)] for c in groups.values()]
+    refs = [[get(rmap[c.name].before), get(rmap[c.name].after)] if c.name in rmap else [None, None]
+            for c in groups.values()]
+    if all(v is None for pair in mine + refs for v in pair):
         return
-    fig = plots.bars(labels, vals, ylabel="GPU busy, % of wall time", title="GPU busy per experiment (trace)",
-                     colors=[plots.BEFORE, plots.AFTER] * (len(labels) // 2), fmt="{:.0f}", ref=refv if rmap else None)
-    fig.axes[0].tick_params(axis="x", labelsize=7)
-    fig.tight_layout()
+    fig, ax = plt.subplots(figsize=(1.6 * len(groups) + 2, 3.6), layout="constrained")
+    xs = range(len(groups))
+    for k, (dx, color, label, src) in enumerate(((-0.3, plots.BEFORE, "before", mine), (-0.1, plots.AFTER, "after", mine),
+                                                 (0.1, "#c4c4c4", "reference GPU, before", refs),
+                                                 (0.3, plots.REF, "reference GPU, after", refs))):
+        vals = [pair[k % 2] for pair in src]
+        bars = ax.bar([x + dx for x in xs], [v or 0 for v in vals], 0.2, color=color, label=label)
+        ax.bar_label(bars, labels=[("n/a" if src is mine else "") if v is None else f"{v:.0f}" for v in vals],
+                     fontsize=7)
+    ax.set_xticks(list(xs), list(groups), fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    ax.grid(axis="y", alpha=0.3)
     plt.show()
