@@ -83,3 +83,33 @@ def test_a_p_override_survives_the_smoke_run(smoke_run):
     assert want != 4  # not the smoke size, or the test proves nothing
     assert data["params"]["TRAIN_BATCH"] == want and "TRAIN_BATCH" in data["params_given"]
     assert data["params"]["ELEMENTWISE_NUMEL"] == 1 << 18 and "ELEMENTWISE_NUMEL" not in data["params_given"]
+
+
+def test_gelu_traffic_counts_eight_ops_and_nine_times_the_fused_bytes():
+    from gpulab.workloads import gelu_tanh
+
+    x = torch.randn(1000)
+    t = F3.eager_traffic(gelu_tanh, x)
+    assert t.n_ops == 8, t.ops
+    assert t.ideal_bytes == 2 * 1000 * 4  # read x once, write the result once
+    assert t.total_bytes == 18 * 1000 * 4  # six one-input ops (2 passes), two two-input ops (3 passes)
+    assert "aten.tanh" in t._repr_html_() and t.to_dict()["n_ops"] == 8
+
+
+def test_views_and_broadcasts_move_no_extra_bytes():
+    x = torch.randn(32, 8)
+    t = F3.eager_traffic(lambda a: a.view(-1).t() * 2, x)
+    assert t.n_ops == 1 and t.total_bytes == 2 * x.numel() * 4
+    assert F3._nbytes(torch.randn(8).expand(100, 8)) == 8 * 4
+
+
+def test_no_compiler_is_said_not_raised(monkeypatch):
+    """The degrade path the notebook keeps: without a compiler, compiler_available says why (the notebook skips
+    every compile step with that reason); with a broken one, the first call's error comes back as text."""
+    from gpulab import compiler
+
+    ok, why = compiler.compiler_available("cpu")
+    assert isinstance(ok, bool) and why
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    ok, why = compiler.compiler_available("cpu")
+    assert not ok and "no C++ compiler" in why
