@@ -10,8 +10,6 @@ import warnings
 
 MOVED = {
     "gpulab.case_study": "gpulab.lessons.case_study",
-    "gpulab.compile_checks": "gpulab.lessons.compile_checks",
-    "gpulab.compile_lab": "gpulab.lessons.compile_lab",
     "gpulab.course": "gpulab.app.course",
     "gpulab.data_lab": "gpulab.lessons.data_lab",
     "gpulab.html_export": "gpulab.app.html_export",
@@ -21,7 +19,6 @@ MOVED = {
     "gpulab.profile_lab": "gpulab.lessons.profile_lab",
     "gpulab.selfcheck": "gpulab.app.selfcheck",
     "gpulab.summary": "gpulab.app.summary",
-    "gpulab.sync_lab": "gpulab.lessons.sync_lab",
     "gpulab.widgets": "gpulab.display.widgets"
 ,}
 

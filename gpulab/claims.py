@@ -193,9 +193,16 @@ class Claim:
         if self.interval is not None:
             self.interval = (float(self.interval[0]), float(self.interval[1]))
 
+    def _unit(self, v: float | None) -> str:
+        """The unit after a number, singular after exactly 1: "1 kernel", "1 sync per step", "3 kernels"."""
+        word, _, rest = self.unit.partition(" ")
+        if v == 1 and len(word) > 3 and word.isalpha() and word.endswith("s"):
+            word = word[:-1]
+        return f"{word} {rest}".rstrip()
+
     @property
     def expected(self) -> str:
-        u = "" if self.unit in ("x", "%") else f" {self.unit}"
+        u = "" if self.unit in ("x", "%") else f" {self._unit(self.low if self.low == self.high else None)}"
         sfx = "x" if self.unit == "x" else ("%" if self.unit == "%" else "")
         if self.low is not None and self.high is not None:
             if self.low == self.high:
@@ -262,7 +269,7 @@ class Claim:
         return cls(**kw)
 
     def _fmt(self, v: float) -> str:
-        return f"{v:.3g}" + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self.unit}")
+        return f"{v:.3g}" + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self._unit(v)}")
 
     def _measured_str(self) -> str:
         if self.measured is None:

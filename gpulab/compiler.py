@@ -19,7 +19,7 @@ def compiler_available(device: torch.device | str | None = None) -> tuple[bool, 
 
     CPU: a C++ compiler ($CXX, c++, g++ or clang++). CUDA: Triton, plus a C compiler ($CC, cc, gcc or clang)
     that Triton uses to build its kernel launcher. A True here is necessary, not sufficient: a broken
-    toolchain still fails at the first call, which `try_compile` catches.
+    toolchain still fails at the first call (`gpulab.lessons.fusion.first_call` reports it instead of raising).
     """
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -118,8 +118,9 @@ def _small_mlp(name: str, value: Any) -> dict:
     return value
 
 
-def gpt_dict() -> Param:
-    return Param(_gpt_dict, "a dict of ints: " + ", ".join(GPT_KEYS))
+def gpt_dict(*, optional: bool = False) -> Param:
+    return Param(lambda n, v: v if optional and v is None else _gpt_dict(n, v),
+                 "a dict of ints: " + ", ".join(GPT_KEYS) + (" or None" if optional else ""))
 
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -145,13 +146,26 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                             ALIGN_BATCH=_opt_int.sized(32, smoke=4), ALIGN_SEQ=_opt_int.sized(1024, smoke=64),
                             ALIGN_HIDDEN=_opt_int.sized(768, smoke=64), ALIGN_HEADS=_opt_int.sized(12, smoke=4),
                             ROUNDS=_opt_int.sized(12, smoke=2)),
-    "03_fusion": dict(SMOKE=boolean(), ELEMENTWISE_NUMEL=_int, MODEL=gpt_dict(), TRAIN_BATCH=_int,
-                      INFER_BATCH=_int, INFER_SEQ=_int, SWEEP_MODES=list_of(one_of(*COMPILE_MODES)),
-                      MODE_TIMEOUT_S=_sec, MAX_AUTOTUNE_TIMEOUT_S=_sec, TIME_BUDGET_S=_sec, MIN_TIME_S=_opt_sec,
-                      TRAIN_MIN_TIME_S=_sec, TRAIN_ROUNDS=_int),
-    "04_sync_points": dict(SMOKE=boolean(), MODEL=gpt_dict(), BATCH=_int, STEPS_PER_CALL=_int, EVAL_BATCHES=_int,
-                           EVAL_BATCH=_int, COPY_MB=_int, OVERLAP_CHUNKS=_int, OVERLAP_CHUNK_MB=_int,
-                           MIN_TIME_S=_opt_sec, LOOP_MIN_TIME_S=_sec, LOOP_ROUNDS=_int, QUEUED_MS=number()),
+    "03_fusion": dict(SMOKE=boolean(), ELEMENTWISE_NUMEL=_opt_int.sized(1 << 26, smoke=1 << 18),
+                      MODEL=gpt_dict(optional=True).sized(
+                          dict(vocab_size=8192, n_layer=4, n_head=8, n_embd=512, block_size=256),
+                          smoke=dict(vocab_size=512, n_layer=2, n_head=2, n_embd=64, block_size=64)),
+                      TRAIN_BATCH=_opt_int.sized(128, smoke=4), INFER_BATCH=_opt_int.sized(2),
+                      INFER_SEQ=_opt_int.sized(128, smoke=32),
+                      SWEEP_MODES=list_of(one_of(*COMPILE_MODES), optional=True).sized(
+                          ["default", "reduce-overhead", "max-autotune"]),
+                      TIME_BUDGET_S=_opt_sec.sized(270), MIN_TIME_S=_opt_sec.sized(None, smoke=0.05),
+                      TRAIN_MIN_TIME_S=_opt_sec.sized(3.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(12, smoke=3)),
+    "04_sync_points": dict(SMOKE=boolean(),
+                           MODEL=gpt_dict(optional=True).sized(
+                               dict(vocab_size=8192, n_layer=4, n_head=8, n_embd=512, block_size=256),
+                               smoke=dict(vocab_size=256, n_layer=1, n_head=2, n_embd=32, block_size=32)),
+                           BATCH=_opt_int.sized(64, smoke=2), STEPS_PER_CALL=_opt_int.sized(8, smoke=2),
+                           EVAL_BATCHES=_opt_int.sized(8, smoke=4), EVAL_BATCH=_opt_int.sized(64, smoke=8),
+                           COPY_MB=_opt_int.sized(256, smoke=16), OVERLAP_CHUNKS=_opt_int.sized(8, smoke=4),
+                           OVERLAP_CHUNK_MB=_opt_int.sized(64, smoke=8), MIN_TIME_S=_opt_sec.sized(None, smoke=0.05),
+                           LOOP_MIN_TIME_S=_opt_sec.sized(3.0, smoke=0.05), LOOP_ROUNDS=_opt_int.sized(12, smoke=3),
+                           QUEUED_MS=number(optional=True).sized(20, smoke=2)),
     "05_data_overlap": dict(SMOKE=boolean(), N_IMAGES=_int, IMAGE_SIZE=integer(8), BATCH_SIZE=_int, CNN_WIDTH=_int,
                             SWEEP_BATCHES=_int, BATCHES_PER_CALL=_int, PREFETCH_BATCH=_int,
                             WORKERS=list_of(integer(0), optional=True), MIN_TIME_S=_opt_sec),

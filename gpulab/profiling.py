@@ -196,6 +196,9 @@ def _check_count(name: str, value: Any, minimum: int) -> None:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
 
 
+_CYCLE_WARNING = ".*Profiler clears events at the end of each cycle"  # torch's, on every scheduled profile
+
+
 def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int = 5, wait: int = 0,
             profiler_warmup: int = 1, trace_path: str | Path | None = None) -> ProfileSummary:
     """Run `fn()` `warmup` times, then under torch.profiler's schedule, and summarise the active steps.
@@ -219,7 +222,9 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
         torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     sched = torch.profiler.schedule(wait=wait, warmup=profiler_warmup, active=steps, repeat=1)
-    with torch.profiler.profile(activities=acts, schedule=sched) as prof:
+    with warnings.catch_warnings(), torch.profiler.profile(activities=acts, schedule=sched) as prof:
+        # torch warns that a schedule's cycle clears its events; we read them before the cycle ends (see below)
+        warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
         for i in range(wait + profiler_warmup + steps):
             if i >= wait + profiler_warmup:
                 with nvtx_range(STEP_RANGE):
@@ -232,7 +237,9 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
                 torch.cuda.synchronize()  # the last kept kernels land inside the recorded window
             if i < wait + profiler_warmup + steps - 1:
                 prof.step()  # not after the last: that would close the cycle and clear its events
-    summary = summarize_events(prof.events(), steps=steps, cuda=cuda, top=top)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
+        summary = summarize_events(prof.events(), steps=steps, cuda=cuda, top=top)
     if trace_path is not None:
         Path(trace_path).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace_path))  # a .gz name is gzipped by the profiler

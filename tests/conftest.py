@@ -16,6 +16,9 @@ def cpu_device():
 
 
 _SMOKE_RUNS: dict = {}
+# A reader's -p value on top of SMOKE=True, carried by the shared smoke run: it must win over the smoke size and be
+# recorded as given (tests/test_fusion.py checks it). 8 is not 03's smoke TRAIN_BATCH (4).
+SMOKE_OVERRIDES: dict = {"03_fusion": {"TRAIN_BATCH": 8}}
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +42,8 @@ def smoke_run(tmp_path_factory):
             mp = pytest.MonkeyPatch()
             mp.setenv("GPULAB_RESULTS", str(tmp / "results"))
             try:
-                papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out), parameters={"SMOKE": True},
+                papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out),
+                                           parameters={"SMOKE": True, **SMOKE_OVERRIDES.get(name, {})},
                                            kernel_name="python3", cwd=str(notebooks), progress_bar=False)
             finally:
                 mp.undo()

@@ -42,7 +42,7 @@ def test_a_notebooks_globals_are_checked_and_other_names_ignored():
     g = parameters_cell("03_fusion") | {"torch": object(), "_private": 1}
     assert "torch" not in check_params(g, "03_fusion")
     with pytest.raises(ValueError, match=r"MODEL\['n_head'\]=0"):
-        check_params(g | {"MODEL": g["MODEL"] | {"n_head": 0}}, "03_fusion")
+        check_params(g | {"MODEL": SCHEMAS["03_fusion"]["MODEL"].default | {"n_head": 0}}, "03_fusion")
     with pytest.raises(ValueError, match="SWEEP_MODES"):
         check_params(g | {"SWEEP_MODES": ["fastest"]}, "03_fusion")
     with pytest.raises(ValueError, match="unknown parameter 'SMOKEE' .did you mean SMOKE"):

@@ -1,0 +1,74 @@
+"""Notebook 04's module (gpulab.lessons.sync_points): its claims as data, the overlap's hidden share, the copy
+timings' estimates, the per-side trace table; the CUDA-only helpers say so on a CPU."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gpulab.claims import Estimate
+from gpulab.lesson import lesson
+from gpulab.lessons import sync_points as SP
+
+_HERE = Path(__file__).resolve()
+GUIDE = next((p / "shared" / "guide" for p in _HERE.parents[1:4] if (p / "shared" / "guide").is_dir()),
+             _HERE.parents[2] / "shared" / "guide")
+
+
+def test_claims_have_stable_keys_quotes_and_sources():
+    keys = [c["key"] for c in SP.CLAIMS]
+    assert len(keys) == len(set(keys)) and all(c["quote"] and c["source"] for c in SP.CLAIMS)
+    assert "pinned" not in keys  # §5's "faster CPU→GPU transfer" is judged once, in notebook 05
+    item_sync = next(c for c in SP.CLAIMS if c["key"] == "item_sync")
+    assert not item_sync.get("needs")  # arr-coc's number: not comparable everywhere, never a verdict
+
+
+@pytest.mark.skipif(not GUIDE.is_dir(), reason="the guide's text is not next to this checkout")
+def test_quotes_are_verbatim():
+    text = " ".join(" ".join(p.read_text(errors="replace").split()) for p in GUIDE.glob("00*.txt"))
+    for c in SP.CLAIMS:
+        assert " ".join(c["quote"].split()) in text, c["key"]
+
+
+def test_pct_faster_and_hidden_share():
+    cmp = SimpleNamespace(estimate=lambda: Estimate(1.10, 1.05, 1.20))
+    f = SP.pct_faster(cmp)
+    assert f.value == pytest.approx(10) and f.lo == pytest.approx(5) and f.hi == pytest.approx(20)
+    # serial 2 s, overlapped 1 s (speedup 2x): 1 s saved of a 1 s shorter task = 100% hidden
+    h = SP.hidden_share(Estimate(2.0, 1.9, 2.1), 1.0, Estimate(1.0, 0.95, 1.05))
+    assert h.value == pytest.approx(100) and h.lo < 100 < h.hi
+    with pytest.raises(ValueError):
+        SP.hidden_share(Estimate(2.0, 1.9, 2.1), 0.0, Estimate(1.0, 0.95, 1.05))
+
+
+def test_copy_timings_estimate_their_fractions():
+    c = SP.CopyTiming("pinned", host_s=1e-5, device_s=1e-3, nbytes=10**6, fractions=[0.01, 0.02, 0.03])
+    assert c.gbs == pytest.approx(1.0) and c.host_fraction == pytest.approx(0.01)
+    assert c.fraction_estimate().value == pytest.approx(0.02) and "gbs" in c.to_dict()
+    q = SP.QueuedCopyTiming("pageable", host_s=[0.9, 1.0], queued_s=[0.8, 0.8], copy_s=[0.2, 0.2])
+    assert q.waited == pytest.approx([0.9, 1.0]) and q.medians()["queued_s"] == pytest.approx(0.8)
+    assert q.to_dict()["waited_median"] == pytest.approx(0.95)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path")
+def test_cuda_helpers_say_they_need_cuda():
+    for call in (lambda: SP.copy_timing(lambda: None, 4), lambda: SP.busy_work(0.01),
+                 lambda: SP.queued_copy_timing(lambda: None, lambda: None)):
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            call()
+
+
+def test_trace_table_without_a_gpu_trace():
+    side = SimpleNamespace(label=".item() every step", profile=None)
+    html = SP.trace_table_html(SimpleNamespace(before=side, after=side))
+    assert "no GPU trace here" in html and "syncs per call" in html
+
+
+def test_sizes_come_from_the_schema(cpu_device):
+    ns = {"SMOKE": False, "BATCH": 16}
+    les = lesson("04_sync_points", ns, claims=SP.CLAIMS, device=cpu_device, show=False)  # no GPU: smoke sizes
+    assert ns["BATCH"] == 16 and les.result.params_given == ["BATCH"]
+    assert ns["STEPS_PER_CALL"] == 2 and ns["MIN_TIME_S"] == 0.05 and ns["MODEL"]["n_layer"] == 1
+    assert les.claims["item_sync"].needs == ()
