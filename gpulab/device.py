@@ -120,6 +120,9 @@ PEAK_TABLE: list[tuple[str, PeakSpec]] = [
 
 def lookup_peaks(name: str) -> PeakSpec | None:
     """Datasheet peaks for a GPU name as CUDA reports it, or None for a GPU not in the table."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"name={name!r} must be a GPU name as CUDA reports it, e.g. 'NVIDIA H100 80GB HBM3' "
+                         "(gl.get_device().name)")
     for pattern, spec in PEAK_TABLE:
         if re.search(pattern, name, flags=re.IGNORECASE):
             return spec
@@ -318,14 +321,13 @@ def describe_peak(device: DeviceInfo, dtype: str, measured: MeasuredPeaks | None
     return "; ".join(parts)
 
 
-# Measured peaks live in gpulab.peaks; these names stay importable from here.
-_MOVED_TO_PEAKS = ("MeasuredPeaks", "measure_peaks", "sustained_matmul_tflops", "matmul_tflops",
-                   "copy_bandwidth_gbs", "_PEAK_CACHE", "_run_cache_path", "_load_run_peaks", "_fp8_matmul_fn",
-                   "_matmul_fn")
+
+# Measured peaks live in gpulab.peaks (which imports this module); its public names load from here on first use.
+_FROM_PEAKS = ("MeasuredPeaks", "measure_peaks", "sustained_matmul_tflops", "matmul_tflops", "copy_bandwidth_gbs")
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_PEAKS:
+    if name in _FROM_PEAKS:
         from . import peaks
         return getattr(peaks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -247,6 +247,8 @@ class Monitor:
             self._add("cpu_percent", t, statistics.fmean(per_core) if per_core else 0.0)
 
     def _run(self) -> None:
+        if self._psutil is not None:
+            self._psutil.cpu_percent(percpu=True)  # psutil keeps its last reading per thread: prime this one
         while not self._stop.wait(self.poll_s):
             self._poll(time.perf_counter() - self._t0)
 

@@ -1,6 +1,8 @@
 """One way to time a function: warm-up, CUDA events or a host clock, repeats sized by time, median and IQR."""
 from __future__ import annotations
 
+import inspect
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -44,6 +46,11 @@ class Measurement:
     def __post_init__(self):
         if not self.times_s:
             raise ValueError("times_s must hold at least one timing")
+        bad = [t for t in self.times_s if not isinstance(t, (int, float)) or isinstance(t, bool)
+               or not math.isfinite(t) or t <= 0]
+        if bad:
+            raise ValueError(f"times_s holds {len(bad)} timing(s) that are not finite numbers > 0 (e.g. {bad[0]!r}): "
+                             "a duration in seconds is always positive")
         self.times_s = [float(t) for t in self.times_s]
         self.windows = [(int(n), float(s)) for n, s in self.windows]
 
@@ -143,6 +150,18 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} µs"
 
 
+def check_timeable(fn: Any, name: str = "fn") -> None:
+    """Refuse what cannot be timed: a non-callable, or a generator or coroutine function (calling one only
+    creates the generator: its body never runs, and the timing would be of nothing)."""
+    if not callable(fn):
+        raise ValueError(f"{name}={fn!r} must be callable with no arguments")
+    target = getattr(fn, "__call__", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
+    for f in (fn, target):
+        if inspect.isgeneratorfunction(f) or inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f):
+            raise ValueError(f"{name}={getattr(fn, '__name__', fn)!r} is a generator or coroutine function: calling it "
+                             "does not run its body, so there is nothing to time; wrap it, e.g. lambda: list(gen())")
+
+
 def _on_cuda(device: torch.device | str | None) -> bool:
     if device is None:
         return torch.cuda.is_available()
@@ -157,8 +176,10 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     On a CUDA device each call is timed with a pair of CUDA events (device time, launch included);
     on the CPU with `time.perf_counter`. `clock` replaces the host clock (tests use a fake one).
     """
-    if not callable(fn):
-        raise ValueError("fn must be callable")
+    check_timeable(fn)
+    if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r} but this machine has no CUDA GPU (torch.cuda.is_available() is "
+                         "False): leave device=None to time on the CPU")
     checks.positive_float("min_time_s", min_time_s)
     checks.positive_float("warmup_s", warmup_s, allow_zero=True)
     if min_repeats < 1 or max_repeats < min_repeats:
