@@ -68,10 +68,12 @@ class BatchSizeSearch:
         return self.memory_allocated_after <= baseline
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every batch size tried."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BatchSizeSearch:
+        """A BatchSizeSearch from `to_dict`'s dict."""
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def __repr__(self) -> str:

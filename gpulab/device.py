@@ -164,14 +164,17 @@ class DeviceInfo:
 
     @property
     def is_cuda(self) -> bool:
+        """True for a CUDA GPU."""
         return self.kind == "cuda"
 
     @property
     def slug(self) -> str:
+        """The device's name as a folder name (results go under it), e.g. nvidia-h100-80gb-hbm3."""
         return slugify(self.name) if self.is_cuda else "cpu"
 
     @property
     def torch_device(self) -> torch.device:
+        """The torch.device to put tensors on (cuda:N or cpu)."""
         return torch.device("cuda", self.index) if self.is_cuda else torch.device("cpu")
 
     def datasheet_tflops(self, dtype: str) -> float | None:
@@ -180,6 +183,7 @@ class DeviceInfo:
         return self.datasheet_peaks.tflops.get(dtype) if self.datasheet_peaks else None
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what a result file records)."""
         d = asdict(self)
         d["slug"] = self.slug
         d["capability"] = list(self.capability) if self.capability else None
@@ -187,6 +191,7 @@ class DeviceInfo:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
+        """A DeviceInfo from `to_dict`'s dict (older result files too)."""
         d = dict(d)
         if "peaks" in d and "datasheet_peaks" not in d:  # files written before the rename
             d["datasheet_peaks"] = d.pop("peaks")

@@ -44,6 +44,7 @@ class RunResult:
 
     @property
     def tflops(self) -> float | None:
+        """Achieved TFLOP/s (None without a FLOP count)."""
         return self.flops / self.seconds / 1e12 if self.flops else None
 
     @property
@@ -76,9 +77,11 @@ class RunResult:
         return Estimate(self.items / m.median, self.items / m.q3, self.items / m.q1)
 
     def metric(self, name: str) -> float | None:
+        """The mean of a monitor metric over the timed window (None if not recorded)."""
         return self.trace.mean(name) if self.trace else None
 
     def summary(self) -> dict[str, Any]:
+        """Time, throughput, TFLOP/s, MFU and the monitor's means, as a dict."""
         p = self.profile.summary() if self.profile else {}
         return {"label": self.label, "median_ms": self.seconds * 1e3, "iqr_ms": self.measurement.iqr * 1e3,
                 "noisy": self.measurement.noisy, "flops": self.flops, "tflops": self.tflops, "dtype": self.dtype,
@@ -89,6 +92,7 @@ class RunResult:
                 "kernels_per_step": p.get("kernels_per_step"), "syncs_per_step": p.get("syncs_per_step")}
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return {"summary": self.summary(), "measurement": self.measurement.to_dict(),
                 "trace": self.trace.to_dict() if self.trace else None,
                 "profile": self.profile.to_dict() if self.profile else None,
@@ -96,6 +100,7 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        """A RunResult from `to_dict`'s dict."""
         s = d["summary"]
         return cls(label=s["label"], measurement=Measurement.from_dict(d["measurement"]), flops=s.get("flops"),
                    dtype=s.get("dtype"), peak_tflops=s.get("peak_tflops"),
@@ -152,6 +157,7 @@ class Comparison:
 
     @property
     def speed(self) -> Speedup:
+        """The Speedup of after over before (computed once)."""
         if self._speed is None:  # the measurements are values: compare once
             self._speed = (pipeline_speed(self.before, self.after) if self.before.pipeline and self.after.pipeline
                            else None) or speedup(self.before.measurement, self.after.measurement)
@@ -175,13 +181,16 @@ class Comparison:
 
     @property
     def within_noise(self) -> bool:
+        """True when the two sides' interquartile ranges overlap."""
         return self.speed.within_noise
 
     @property
     def verdict(self) -> str:
+        """One line: "N.NNx faster", "slower", "within noise" or "noisy"."""
         return self.speed.verdict
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with both sides and the speedup's interval."""
         est = self.estimate()
         return {"name": self.name, "kind": self.kind, "before": self.before.to_dict(), "after": self.after.to_dict(),
                 "speedup": self.speedup, "speedup_interval": [est.lo, est.hi], "within_noise": self.within_noise,
@@ -189,11 +198,13 @@ class Comparison:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Comparison:
+        """A Comparison from `to_dict`'s dict."""
         return cls(name=d["name"], before=RunResult.from_dict(d["before"]), after=RunResult.from_dict(d["after"]),
                    device=d.get("device", ""), notes=d.get("notes", []),
                    kind=d.get("kind", "optimisation") if d.get("kind", "optimisation") in KINDS else "optimisation")
 
     def rows(self) -> list[tuple[str, str, str]]:
+        """(quantity, before, after) rows of the comparison's table, as text."""
         b, a = self.before, self.after
         rows = [("time per call", f"{fmt_time(b.seconds)} ± {fmt_time(b.measurement.iqr)}",
                  f"{fmt_time(a.seconds)} ± {fmt_time(a.measurement.iqr)}")]

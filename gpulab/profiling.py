@@ -46,6 +46,7 @@ class ProfileSummary:
 
     @property
     def kernels_per_step(self) -> float | None:
+        """Device kernels per step (None without a GPU timeline)."""
         return None if self.kernel_count is None else self.kernel_count / self.steps
 
     @property
@@ -57,19 +58,23 @@ class ProfileSummary:
 
     @property
     def syncs_per_step(self) -> float:
+        """Synchronizing calls per step."""
         return sum(self.sync_calls.values()) / self.steps
 
     def summary(self) -> dict[str, Any]:
+        """The per-step numbers as a short dict (no idle-gap list)."""
         return {"wall_ms_per_step": self.wall_ms / self.steps, "busy_fraction": self.busy_fraction,
                 "kernels_per_step": self.kernels_per_step, "syncs_per_step": self.syncs_per_step,
                 "copies_per_step": self.copies_per_step,
                 "median_gap_us": statistics.median(self.gaps_ms) * 1e3 if self.gaps_ms else None}
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every field and the summary."""
         return asdict(self) | {"summary": self.summary()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfileSummary:
+        """A ProfileSummary from `to_dict`'s dict."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def __repr__(self) -> str:

@@ -60,26 +60,32 @@ class Measurement:
 
     @property
     def n(self) -> int:
+        """How many timed calls."""
         return len(self.times_s)
 
     @property
     def median(self) -> float:
+        """Median seconds per call."""
         return self._quartiles[1]
 
     @property
     def q1(self) -> float:
+        """First quartile of the seconds per call."""
         return self._quartiles[0]
 
     @property
     def q3(self) -> float:
+        """Third quartile of the seconds per call."""
         return self._quartiles[2]
 
     @property
     def iqr(self) -> float:
+        """Interquartile range (q3 - q1), in seconds."""
         return self.q3 - self.q1
 
     @property
     def mean(self) -> float:
+        """Mean seconds per call (the median is the robust number)."""
         return statistics.fmean(self.times_s)
 
     @property
@@ -118,16 +124,19 @@ class Measurement:
                            warmup_calls=self.warmup_calls, meta=meta, windows=self.windows + other.windows)
 
     def summary(self) -> dict[str, Any]:
+        """Median, quartiles, IQR and count in ms, as a dict."""
         return {"median_ms": self.median * 1e3, "iqr_ms": self.iqr * 1e3, "q1_ms": self.q1 * 1e3,
                 "q3_ms": self.q3 * 1e3, "n": self.n, "noisy": self.noisy, "timer": self.timer}
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every timing."""
         return {"label": self.label, "times_s": self.times_s, "timer": self.timer,
                 "warmup_calls": self.warmup_calls, "meta": self.meta, "windows": [list(w) for w in self.windows],
                 "summary": self.summary()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
+        """A Measurement from `to_dict`'s dict."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def __repr__(self) -> str:
@@ -154,7 +163,7 @@ def check_timeable(fn: Any, name: str = "fn") -> None:
     """Refuse what cannot be timed: a non-callable, or a generator or coroutine function (calling one only
     creates the generator: its body never runs, and the timing would be of nothing)."""
     if not callable(fn):
-        raise ValueError(f"{name}={fn!r} must be callable with no arguments")
+        raise ValueError(f"{name} must be callable with no arguments; got {fn!r}")
     target = getattr(fn, "__call__", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
     for f in (fn, target):
         if inspect.isgeneratorfunction(f) or inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f):
@@ -245,18 +254,21 @@ class Speedup:
     noisy: bool = False
 
     def estimate(self) -> Estimate:
+        """The ratio with its interval, as an Estimate."""
         lo = self.ratio if self.lo is None else min(self.lo, self.ratio)
         hi = self.ratio if self.hi is None else max(self.hi, self.ratio)
         return Estimate(self.ratio, lo, hi)
 
     @property
     def verdict(self) -> str:
+        """One line: "N.NNx faster", "slower", "within noise" or "noisy"."""
         if self.within_noise:
             return f"within noise ({self.ratio:.2f}x)"
         s = f"{self.ratio:.2f}x faster" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x slower"
         return f"{s}, noisy (spread over 10%)" if self.noisy else s
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return asdict(self) | {"verdict": self.verdict}
 
     def __repr__(self) -> str:
