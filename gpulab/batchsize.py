@@ -188,7 +188,7 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
         except (RuntimeError, MemoryError) as e:
             if not is_allocation_failure(e):
                 raise
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"  # a string, not the exception
+            row["error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"  # a string, not the exception
         if not row["fits"]:
             # Out of the except block now: the traceback (and the tensors its frames held) can be freed.
             _release(dev)
