@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -56,7 +57,12 @@ def _run(args: argparse.Namespace) -> int:
     from .app.course import run_course
     from .params import boolean, parse_value
 
-    params = {name: parse_value(value) for name, value in (args.param or [])}
+    params: dict = {}
+    for name, value in args.param or []:
+        if name in params:
+            raise ValueError(f"-p {name} is given twice ({params[name]!r} and {parse_value(value)!r}): give each "
+                             "parameter once")
+        params[name] = parse_value(value)
     smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
     if "SMOKE" in params:
         if args.smoke or args.full:
@@ -69,7 +75,13 @@ def _run(args: argparse.Namespace) -> int:
     for r in course.runs:
         status = "ok  " if r.ok else "FAIL"
         print(f"{status} {r.notebook:<22} {r.seconds:6.1f} s  {r.output}" + (f"\n     {r.error}" if r.error else ""))
+    for problem in course.problems:  # what the summary lists under Problems shows here too
+        print(f"problem: {problem}", file=sys.stderr)
     print(f"summary: {course.summary_md}\n         {course.summary_png}")
+    if course.interrupted:
+        print(f"gpulab: interrupted; the summary holds the {len(course.runs)} notebook(s) that finished",
+              file=sys.stderr)
+        return 130
     return 0 if course.ok else 1
 
 
@@ -100,6 +112,15 @@ def _check(args: argparse.Namespace) -> int:
 
     from .app.selfcheck import print_check, run_check
 
+    from .results import results_dir
+
+    folder = results_dir()
+    parent = folder
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{folder} cannot be written ({parent} is read-only or not a folder): the check saves its measured peaks "
+                         "there; make it writable or set GPULAB_RESULTS to a writable folder")
     smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
     if why:
         print(why, file=sys.stderr)
@@ -257,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"gpulab: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gpulab: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
