@@ -47,11 +47,14 @@ class Measurement:
         if not self.times_s:
             raise ValueError("times_s must hold at least one timing")
         bad = [t for t in self.times_s if not isinstance(t, (int, float)) or isinstance(t, bool)
-               or not math.isfinite(t) or t <= 0]
+               or not math.isfinite(t) or t < 0]
         if bad:
-            raise ValueError(f"times_s holds {len(bad)} timing(s) that are not finite numbers > 0 (e.g. {bad[0]!r}): "
-                             "a duration in seconds is always positive")
+            raise ValueError(f"times_s holds {len(bad)} timing(s) that are not finite numbers >= 0 (e.g. {bad[0]!r}): "
+                             "a duration in seconds is never negative")
         self.times_s = [float(t) for t in self.times_s]
+        if statistics.median(self.times_s) == 0:
+            raise ValueError("times_s has a median of 0 s: the clock did not resolve these calls (time several "
+                             "calls per timing), and no ratio can be taken of a zero time")
         self.windows = [(int(n), float(s)) for n, s in self.windows]
 
     @cached_property

@@ -133,9 +133,10 @@ def time_breakdown(trace: str | Path | dict[str, Any], *, step_name: str = STEP_
         from .checks import positive_float
 
         positive_float("unprofiled_step_ms", unprofiled_step_ms)
-    out = _time_breakdown(trace, step_name)
+    data = load_trace(trace)  # a big trace is read once
+    out = _time_breakdown(data, step_name)
     out.unprofiled_step_ms = unprofiled_step_ms
-    events = [e for e in load_trace(trace).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     steps = [float(e["dur"]) / 1e3 for e in events if e.get("name") == step_name and e.get("cat") == "user_annotation"]
     profiled = (out.window_ms / out.steps) if out.window_ms > 0 else (sum(steps) / len(steps) if steps else 0.0)
     extra = profiler_overhead_note(profiled, unprofiled_step_ms)

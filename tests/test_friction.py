@@ -128,7 +128,7 @@ def test_benchmark_refuses_a_generator_function():
         gl.benchmark(gen)
 
 
-@pytest.mark.parametrize("times", [[-0.5, 0.1], [0.0, 0.1], [float("nan")]])
+@pytest.mark.parametrize("times", [[-0.5, 0.1], [0.0, 0.0, 0.1], [float("nan")], [float("inf")]])
 def test_measurement_refuses_times_that_are_not_positive(times):
     with pytest.raises(ValueError, match="times_s"):
         gl.Measurement("x", times)

@@ -404,6 +404,8 @@ def _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, la
                                     extra_arguments=KERNEL_ARGS)
             run = NotebookRun(nb.stem, True, time.perf_counter() - t0, str(dest))
         except Exception as e:  # report and go on: one failing notebook must not stop the course
+            if getattr(e, "ename", "") == "KeyboardInterrupt":  # Ctrl-C reached the kernel first: stop the run
+                raise KeyboardInterrupt from None
             run = NotebookRun(nb.stem, False, time.perf_counter() - t0, str(dest), describe_error(e, dest, timeout_s))
             problems.append(f"{nb.stem} failed: {run.error}; its results are not shown as this run's")
         if run.ok:
