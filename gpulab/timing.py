@@ -189,9 +189,13 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     on the CPU with `time.perf_counter`. `clock` replaces the host clock (tests use a fake one).
     """
     check_timeable(fn)
-    if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r} but this machine has no CUDA GPU (torch.cuda.is_available() is "
-                         "False): leave device=None to time on the CPU")
+    if device is not None and torch.device(device).type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r} but this machine has no CUDA GPU (torch.cuda.is_available() "
+                             "is False): leave device=None to time on the CPU")
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise ValueError(f"device={str(device)!r} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     checks.positive_float("min_time_s", min_time_s)
     checks.positive_float("warmup_s", warmup_s, allow_zero=True)
     if min_repeats < 1 or max_repeats < min_repeats:
