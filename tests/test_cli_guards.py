@@ -104,3 +104,18 @@ def test_parameters_that_cannot_work_are_refused_before_any_notebook_runs(tmp_pa
                                                                           match):
     assert main(["run", "01", "--smoke", "--out", str(tmp_path / "run"), *params]) == 2
     assert match in capsys.readouterr().err and not fake_papermill
+
+
+def test_ctrl_c_that_reaches_the_kernel_first_stops_the_run_too(tmp_path, monkeypatch, capsys):
+    """Ctrl-C goes to the kernel as well: papermill then reports a cell error named KeyboardInterrupt."""
+    ran = []
+
+    def execute(src, dst, **kwargs):
+        ran.append(Path(src).stem)
+        err = pm.PapermillExecutionError(cell_index=3, exec_count=3, source="", ename="KeyboardInterrupt",
+                                         evalue="", traceback=[])
+        raise err
+
+    monkeypatch.setattr(pm, "execute_notebook", execute)
+    assert main(["run", "01", "02", "--smoke", "--out", str(tmp_path / "run")]) == 130
+    assert ran == ["01_measuring"] and (tmp_path / "run" / "summary.md").exists()
