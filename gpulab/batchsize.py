@@ -68,10 +68,12 @@ class BatchSizeSearch:
         return self.memory_allocated_after <= baseline
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every batch size tried."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BatchSizeSearch:
+        """A BatchSizeSearch from `to_dict`'s dict."""
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def __repr__(self) -> str:
@@ -103,7 +105,18 @@ def _fmt(key: str, v: Any) -> str:
     return f"{v:.1f}" if isinstance(v, float) else html.escape(str(v))
 
 
-def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_batch: int = 65536,
+CPU_ALLOCATION_FAILURES = ("can't allocate", "cannot allocate", "defaultcpuallocator", "not enough memory")
+
+
+def is_allocation_failure(exc: BaseException) -> bool:
+    """Out of memory on any device: CUDA's OutOfMemoryError, a RuntimeError saying "out of memory", a CPU
+    allocator's failure ("DefaultCPUAllocator: can't allocate memory") or Python's MemoryError."""
+    if isinstance(exc, MemoryError) or is_oom(exc):
+        return True
+    return isinstance(exc, RuntimeError) and any(s in str(exc).lower() for s in CPU_ALLOCATION_FAILURES)
+
+
+def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_batch: int = 4096,
                         device: Any = None, memory_limit_bytes: int | None = None,
                         memory_fn: Callable[[int], int] | None = None, measure_throughput: bool = True,
                         timed_steps: int = 3, progress: bool = True) -> BatchSizeSearch:
@@ -111,7 +124,9 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
 
     `step_fn(batch_size)` runs one full training step (forward, backward, optimizer) at that batch size and
     should drop its own references when it returns (zero_grad(set_to_none=True) at its start helps).
-    Out-of-memory is `torch.OutOfMemoryError` or a RuntimeError saying "out of memory". To simulate a smaller
+    Out-of-memory is `torch.OutOfMemoryError`, a RuntimeError saying "out of memory", a CPU allocator's
+    failure ("can't allocate memory") or a MemoryError (`is_allocation_failure`). `max_batch` caps the search
+    (4096 by default: raise it for a small model on a big GPU; on a CPU a big batch may swap before it fails). To simulate a smaller
     device, pass `memory_limit_bytes`: a batch then fails when `memory_fn(batch_size)` exceeds it, or, on CUDA
     without `memory_fn`, when the step's measured peak allocation does. Each batch that fits is timed
     (1 warm-up step, then the median of `timed_steps`, synchronized on CUDA).
@@ -170,10 +185,10 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
                 row["peak_mem_bytes"] = torch.cuda.max_memory_allocated(dev)
                 if state["between_steps"] is None:
                     state["between_steps"] = torch.cuda.memory_allocated(dev)
-        except RuntimeError as e:
-            if not is_oom(e):
+        except (RuntimeError, MemoryError) as e:
+            if not is_allocation_failure(e):
                 raise
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"  # a string, not the exception
+            row["error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"  # a string, not the exception
         if not row["fits"]:
             # Out of the except block now: the traceback (and the tensors its frames held) can be freed.
             _release(dev)

@@ -60,10 +60,12 @@ class Estimate:
 
     @property
     def interval(self) -> tuple[float, float]:
+        """(lo, hi)."""
         return (self.lo, self.hi)
 
     @property
     def width(self) -> float:
+        """hi - lo."""
         return self.hi - self.lo
 
     def map(self, f: Callable[[float], float]) -> Estimate:
@@ -202,6 +204,7 @@ class Claim:
 
     @property
     def expected(self) -> str:
+        """The band as text, e.g. ">= 1.3x" or "40-60%"."""
         u = "" if self.unit in ("x", "%") else f" {self._unit(self.low if self.low == self.high else None)}"
         sfx = "x" if self.unit == "x" else ("%" if self.unit == "%" else "")
         if self.low is not None and self.high is not None:
@@ -253,6 +256,7 @@ class Claim:
         return self.verdict
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (key, quote, band, measurement, verdict, note)."""
         return {"text": self.text, "expected": self.expected, "low": self.low, "high": self.high,
                 "unit": self.unit, "measured": self.measured,
                 "interval": list(self.interval) if self.interval else None, "verdict": self.verdict,
@@ -261,6 +265,7 @@ class Claim:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Claim:
+        """A Claim from `to_dict`'s dict."""
         kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         if kw.get("interval") is not None:
             kw["interval"] = tuple(kw["interval"])

@@ -136,10 +136,12 @@ class DataLoaderTuning:
         return kw
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every setting's row."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DataLoaderTuning:
+        """A DataLoaderTuning from `to_dict`'s dict."""
         return cls(**{k: d[k] for k in ("rows", "best", "notes", "batch_size", "device") if k in d})
 
     def __repr__(self) -> str:

@@ -120,6 +120,9 @@ PEAK_TABLE: list[tuple[str, PeakSpec]] = [
 
 def lookup_peaks(name: str) -> PeakSpec | None:
     """Datasheet peaks for a GPU name as CUDA reports it, or None for a GPU not in the table."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"name={name!r} must be a GPU name as CUDA reports it, e.g. 'NVIDIA H100 80GB HBM3' "
+                         "(gl.get_device().name)")
     for pattern, spec in PEAK_TABLE:
         if re.search(pattern, name, flags=re.IGNORECASE):
             return spec
@@ -161,14 +164,17 @@ class DeviceInfo:
 
     @property
     def is_cuda(self) -> bool:
+        """True for a CUDA GPU."""
         return self.kind == "cuda"
 
     @property
     def slug(self) -> str:
+        """The device's name as a folder name (results go under it), e.g. nvidia-h100-80gb-hbm3."""
         return slugify(self.name) if self.is_cuda else "cpu"
 
     @property
     def torch_device(self) -> torch.device:
+        """The torch.device to put tensors on (cuda:N or cpu)."""
         return torch.device("cuda", self.index) if self.is_cuda else torch.device("cpu")
 
     def datasheet_tflops(self, dtype: str) -> float | None:
@@ -177,6 +183,7 @@ class DeviceInfo:
         return self.datasheet_peaks.tflops.get(dtype) if self.datasheet_peaks else None
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what a result file records)."""
         d = asdict(self)
         d["slug"] = self.slug
         d["capability"] = list(self.capability) if self.capability else None
@@ -184,6 +191,7 @@ class DeviceInfo:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
+        """A DeviceInfo from `to_dict`'s dict (older result files too)."""
         d = dict(d)
         if "peaks" in d and "datasheet_peaks" not in d:  # files written before the rename
             d["datasheet_peaks"] = d.pop("peaks")
@@ -318,14 +326,13 @@ def describe_peak(device: DeviceInfo, dtype: str, measured: MeasuredPeaks | None
     return "; ".join(parts)
 
 
-# Measured peaks live in gpulab.peaks; these names stay importable from here.
-_MOVED_TO_PEAKS = ("MeasuredPeaks", "measure_peaks", "sustained_matmul_tflops", "matmul_tflops",
-                   "copy_bandwidth_gbs", "_PEAK_CACHE", "_run_cache_path", "_load_run_peaks", "_fp8_matmul_fn",
-                   "_matmul_fn")
+
+# Measured peaks live in gpulab.peaks (which imports this module); its public names load from here on first use.
+_FROM_PEAKS = ("MeasuredPeaks", "measure_peaks", "sustained_matmul_tflops", "matmul_tflops", "copy_bandwidth_gbs")
 
 
 def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_PEAKS:
+    if name in _FROM_PEAKS:
         from . import peaks
         return getattr(peaks, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,6 +46,7 @@ class RunResult:
 
     @property
     def tflops(self) -> float | None:
+        """Achieved TFLOP/s (None without a FLOP count)."""
         return self.flops / self.seconds / 1e12 if self.flops else None
 
     @property
@@ -87,6 +88,7 @@ class RunResult:
         return self.trace.mean(name) if self.trace else None
 
     def summary(self) -> dict[str, Any]:
+        """Time, throughput, TFLOP/s, MFU and the monitor's means, as a dict."""
         p = self.profile.summary() if self.profile else {}
         return {"label": self.label, "median_ms": self.seconds * 1e3, "iqr_ms": self.measurement.iqr * 1e3,
                 "noisy": self.measurement.noisy, "flops": self.flops, "tflops": self.tflops, "dtype": self.dtype,
@@ -98,6 +100,7 @@ class RunResult:
                 "kernels_per_step": p.get("kernels_per_step"), "syncs_per_step": p.get("syncs_per_step")}
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return {"summary": self.summary(), "measurement": self.measurement.to_dict(),
                 "trace": self.trace.to_dict() if self.trace else None,
                 "profile": self.profile.to_dict() if self.profile else None,
@@ -105,6 +108,7 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        """A RunResult from `to_dict`'s dict."""
         s = d["summary"]
         return cls(label=s["label"], measurement=Measurement.from_dict(d["measurement"]), flops=s.get("flops"),
                    dtype=s.get("dtype"), peak_tflops=s.get("peak_tflops"),
@@ -164,6 +168,7 @@ class Comparison:
 
     @property
     def speed(self) -> Speedup:
+        """The Speedup of after over before (computed once)."""
         if self._speed is None:  # the measurements are values: compare once
             self._speed = (pipeline_speed(self.before, self.after) if self.before.pipeline and self.after.pipeline
                            else None) or speedup(self.before.measurement, self.after.measurement)
@@ -249,6 +254,7 @@ class Comparison:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Comparison:
+        """A Comparison from `to_dict`'s dict."""
         return cls(name=d["name"], before=RunResult.from_dict(d["before"]), after=RunResult.from_dict(d["after"]),
                    device=d.get("device", ""), notes=d.get("notes", []),
                    kind=d.get("kind", "optimisation") if d.get("kind", "optimisation") in KINDS else "optimisation")

@@ -12,14 +12,15 @@ Conventions (state them, because MFU figures differ by them):
 from __future__ import annotations
 
 import warnings
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
 def _positive(**kwargs: float) -> None:
     for name, value in kwargs.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{name}={value!r} must be a positive number")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name}={value!r} must be a positive number (finite, not NaN)")
 
 
 def matmul_flops(m: int, n: int, k: int) -> int:

@@ -215,6 +215,7 @@ class Lesson:
         return "; ".join(reasons) or None
 
     def spec(self, key: str) -> ClaimSpec:
+        """The declared ClaimSpec of `key` (KeyError naming the declared keys if there is none)."""
         if key not in self.claims:
             raise KeyError(f"no claim {key!r} in {self.name}; declared: {', '.join(self.claims) or 'none'}")
         return self.claims[key]

@@ -51,6 +51,7 @@ class Trace:
     device: str = ""
 
     def values(self, metric: str) -> list[float]:
+        """The values of `metric` in time order (docs/API.md lists the metric names)."""
         return [v for _, v in self.series.get(metric, [])]
 
     def mean(self, metric: str) -> float | None:
@@ -83,18 +84,22 @@ class Trace:
         return Estimate(mean, min(q1, mean), max(q3, mean))
 
     def summary(self) -> dict[str, float | None]:
+        """The mean of every metric that was recorded."""
         return {m: self.mean(m) for m in METRICS if self.available.get(m) == "ok"}
 
     def missing(self) -> dict[str, str]:
+        """Each metric not recorded, with the reason."""
         return {m: why for m, why in self.available.items() if why != "ok"}
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every sample."""
         d = asdict(self)
         d["summary"] = self.summary()
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trace:
+        """A Trace from `to_dict`'s dict."""
         t = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
         t.series = {k: [tuple(p) for p in v] for k, v in t.series.items()}
         return t
@@ -247,6 +252,8 @@ class Monitor:
             self._add("cpu_percent", t, statistics.fmean(per_core) if per_core else 0.0)
 
     def _run(self) -> None:
+        if self._psutil is not None:
+            self._psutil.cpu_percent(percpu=True)  # psutil keeps its last reading per thread: prime this one
         while not self._stop.wait(self.poll_s):
             self._poll(time.perf_counter() - self._t0)
 

@@ -200,6 +200,12 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                          SEQ_LEN=_int, VOCAB_SIZE=_int, BATCH_SIZE=_int, GRAD_ACCUM=_int, ROUNDS=_int,
                          STEPS_PER_ROUND=_int, WARMUP_STEPS=integer(0), MAX_MESSAGE_MB=_int, ROUND_S=_sec,
                          SAVE_TRACES=boolean(), LAUNCH_TIMEOUT_S=_sec),
+    "11_your_model": dict(SMOKE=boolean(), MODEL=one_of("lm", "cnn"), BATCH=_opt_int.sized(32, smoke=4),
+                          WIDTH=_opt_int.sized(512, smoke=32), DEPTH=_opt_int.sized(6, smoke=1),
+                          SEQ_LEN=_opt_int.sized(512, smoke=32), IMAGE_SIZE=_opt_int.sized(64, smoke=16),
+                          VOCAB=_opt_int.sized(8192, smoke=128), MAX_BATCH=_opt_int.sized(512, smoke=16),
+                          TRACK_STEPS=_opt_int.sized(100, smoke=10), TIMELINE_S=_opt_sec.sized(10.0, smoke=2.0),
+                          N_DATA=_opt_int.sized(2048, smoke=64), MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05)),
 }
 
 

@@ -34,10 +34,12 @@ class MeasuredPeaks:
         return (max(r) - min(r)) / max(r) if r and max(r) > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MeasuredPeaks:
+        """MeasuredPeaks from `to_dict`'s dict."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def _repr_html_(self) -> str:

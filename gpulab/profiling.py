@@ -46,6 +46,7 @@ class ProfileSummary:
 
     @property
     def kernels_per_step(self) -> float | None:
+        """Device kernels per step (None without a GPU timeline)."""
         return None if self.kernel_count is None else self.kernel_count / self.steps
 
     @property
@@ -57,20 +58,32 @@ class ProfileSummary:
 
     @property
     def syncs_per_step(self) -> float:
+        """Synchronizing calls per step."""
         return sum(self.sync_calls.values()) / self.steps
 
     def summary(self) -> dict[str, Any]:
+        """The per-step numbers as a short dict (no idle-gap list)."""
         return {"wall_ms_per_step": self.wall_ms / self.steps, "busy_fraction": self.busy_fraction,
                 "kernels_per_step": self.kernels_per_step, "syncs_per_step": self.syncs_per_step,
                 "copies_per_step": self.copies_per_step,
                 "median_gap_us": statistics.median(self.gaps_ms) * 1e3 if self.gaps_ms else None}
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every field and the summary."""
         return asdict(self) | {"summary": self.summary()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfileSummary:
+        """A ProfileSummary from `to_dict`'s dict."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        busy = "n/a" if s["busy_fraction"] is None else f"{s['busy_fraction']:.0%}"
+        kernels = "n/a" if s["kernels_per_step"] is None else f"{s['kernels_per_step']:.0f}"
+        return (f"ProfileSummary({self.steps} steps, {s['wall_ms_per_step']:.3f} ms per step, GPU busy {busy}, "
+                f"{kernels} kernels per step, {s['syncs_per_step']:.1f} syncs per step, {len(self.gaps_ms)} idle gaps"
+                + (f", trace {Path(self.trace_path).name}" if self.trace_path else "") + ")")
 
     def _repr_html_(self) -> str:
         s = self.summary()
@@ -247,13 +260,16 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
     return summary
 
 
-def find_syncs(fn: Callable[[], Any]) -> list[str]:
+def find_syncs(fn: Callable[[], Any]) -> list[str] | None:
     """Run `fn()` once with torch.cuda.set_sync_debug_mode("warn") and return the synchronizing ops it hit.
 
-    On a machine without CUDA this returns [] and does nothing else: there is no device to wait for.
+    Without CUDA this returns None and does not run `fn`: the debug mode exists only for CUDA, so it cannot
+    tell whether `fn` would synchronize on a GPU (an empty list always means "no syncs found").
     """
+    if not callable(fn):
+        raise ValueError(f"fn={fn!r} must be callable (one step of your loop)")
     if not torch.cuda.is_available():
-        return []
+        return None
     old = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -162,12 +162,14 @@ class NotebookResult:
         return value
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: device, params, experiments, claims and extra tables."""
         return _clean({"schema": SCHEMA_VERSION, "notebook": self.notebook, "device": self.device.to_dict(),
                        "smoke": self.smoke, "commit": code_commit(), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                        "params": self.params, "params_given": self.params_given, "experiments": [c.to_dict() for c in self.experiments],
                        "claims": [c.to_dict() for c in self.claims], "extra": self.extra})
 
     def path(self, root: Path | str | None = None) -> Path:
+        """Where `save` writes: <root or the results folder>/<device slug>/<notebook>.json."""
         root = Path(root) if root else results_dir()
         return root / self.device.slug / f"{self.notebook}.json"
 

@@ -1,6 +1,8 @@
 """One way to time a function: warm-up, CUDA events or a host clock, repeats sized by time, median and IQR."""
 from __future__ import annotations
 
+import inspect
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -44,7 +46,15 @@ class Measurement:
     def __post_init__(self):
         if not self.times_s:
             raise ValueError("times_s must hold at least one timing")
+        bad = [t for t in self.times_s if not isinstance(t, (int, float)) or isinstance(t, bool)
+               or not math.isfinite(t) or t < 0]
+        if bad:
+            raise ValueError(f"times_s holds {len(bad)} timing(s) that are not finite numbers >= 0 (e.g. {bad[0]!r}): "
+                             "a duration in seconds is never negative")
         self.times_s = [float(t) for t in self.times_s]
+        if statistics.median(self.times_s) == 0:
+            raise ValueError("times_s has a median of 0 s: the clock did not resolve these calls (time several "
+                             "calls per timing), and no ratio can be taken of a zero time")
         self.windows = [(int(n), float(s)) for n, s in self.windows]
 
     @cached_property
@@ -53,26 +63,32 @@ class Measurement:
 
     @property
     def n(self) -> int:
+        """How many timed calls."""
         return len(self.times_s)
 
     @property
     def median(self) -> float:
+        """Median seconds per call."""
         return self._quartiles[1]
 
     @property
     def q1(self) -> float:
+        """First quartile of the seconds per call."""
         return self._quartiles[0]
 
     @property
     def q3(self) -> float:
+        """Third quartile of the seconds per call."""
         return self._quartiles[2]
 
     @property
     def iqr(self) -> float:
+        """Interquartile range (q3 - q1), in seconds."""
         return self.q3 - self.q1
 
     @property
     def mean(self) -> float:
+        """Mean seconds per call (the median is the robust number)."""
         return statistics.fmean(self.times_s)
 
     @property
@@ -111,16 +127,19 @@ class Measurement:
                            warmup_calls=self.warmup_calls, meta=meta, windows=self.windows + other.windows)
 
     def summary(self) -> dict[str, Any]:
+        """Median, quartiles, IQR and count in ms, as a dict."""
         return {"median_ms": self.median * 1e3, "iqr_ms": self.iqr * 1e3, "q1_ms": self.q1 * 1e3,
                 "q3_ms": self.q3 * 1e3, "n": self.n, "noisy": self.noisy, "timer": self.timer}
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with every timing."""
         return {"label": self.label, "times_s": self.times_s, "timer": self.timer,
                 "warmup_calls": self.warmup_calls, "meta": self.meta, "windows": [list(w) for w in self.windows],
                 "summary": self.summary()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
+        """A Measurement from `to_dict`'s dict."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def __repr__(self) -> str:
@@ -143,6 +162,18 @@ def fmt_time(seconds: float) -> str:
     return f"{seconds * 1e6:.3g} µs"
 
 
+def check_timeable(fn: Any, name: str = "fn") -> None:
+    """Refuse what cannot be timed: a non-callable, or a generator or coroutine function (calling one only
+    creates the generator: its body never runs, and the timing would be of nothing)."""
+    if not callable(fn):
+        raise ValueError(f"{name} must be callable with no arguments; got {fn!r}")
+    target = getattr(fn, "__call__", fn) if not inspect.isfunction(fn) and not inspect.ismethod(fn) else fn
+    for f in (fn, target):
+        if inspect.isgeneratorfunction(f) or inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f):
+            raise ValueError(f"{name}={getattr(fn, '__name__', fn)!r} is a generator or coroutine function: calling it "
+                             "does not run its body, so there is nothing to time; wrap it, e.g. lambda: list(gen())")
+
+
 def _on_cuda(device: torch.device | str | None) -> bool:
     if device is None:
         return torch.cuda.is_available()
@@ -157,8 +188,14 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     On a CUDA device each call is timed with a pair of CUDA events (device time, launch included);
     on the CPU with `time.perf_counter`. `clock` replaces the host clock (tests use a fake one).
     """
-    if not callable(fn):
-        raise ValueError("fn must be callable")
+    check_timeable(fn)
+    if device is not None and torch.device(device).type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r} but this machine has no CUDA GPU (torch.cuda.is_available() "
+                             "is False): leave device=None to time on the CPU")
+        index = torch.device(device).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise ValueError(f"device={str(device)!r} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     checks.positive_float("min_time_s", min_time_s)
     checks.positive_float("warmup_s", warmup_s, allow_zero=True)
     if min_repeats < 1 or max_repeats < min_repeats:
@@ -224,18 +261,21 @@ class Speedup:
     noisy: bool = False
 
     def estimate(self) -> Estimate:
+        """The ratio with its interval, as an Estimate."""
         lo = self.ratio if self.lo is None else min(self.lo, self.ratio)
         hi = self.ratio if self.hi is None else max(self.hi, self.ratio)
         return Estimate(self.ratio, lo, hi)
 
     @property
     def verdict(self) -> str:
+        """One line: "N.NNx faster", "slower", "within noise" or "noisy"."""
         if self.within_noise:
             return f"within noise ({self.ratio:.2f}x)"
         s = f"{self.ratio:.2f}x faster" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x slower"
         return f"{s}, noisy (spread over 10%)" if self.noisy else s
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
         return asdict(self) | {"verdict": self.verdict}
 
     def __repr__(self) -> str:

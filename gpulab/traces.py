@@ -15,6 +15,7 @@ memory over time by category (parameters, gradients, optimizer state, activation
 from __future__ import annotations
 
 import gzip
+import html
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,15 +50,19 @@ class TimeBreakdown:
     gaps: int = 0
     kernels: int = 0
     note: str = ""
+    unprofiled_step_ms: float | None = None  # the step's time without the profiler, when given
 
     @property
     def kernel_fraction(self) -> float:
+        """Share of the window with a kernel running (0 when the trace has no GPU timeline)."""
         return self.ms.get("kernels", 0.0) / self.window_ms if self.window_ms > 0 else 0.0
 
     def per_step_ms(self) -> dict[str, float]:
+        """Milliseconds per step in each category."""
         return {k: v / self.steps for k, v in self.ms.items()}
 
     def fractions(self) -> dict[str, float]:
+        """Each category's share of the window (0 to 1)."""
         return {k: (v / self.window_ms if self.window_ms > 0 else 0.0) for k, v in self.ms.items()}
 
     def largest_idle(self) -> str | None:
@@ -67,7 +72,14 @@ class TimeBreakdown:
         return k if idle[k] > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, with the fractions and per-step times."""
         return asdict(self) | {"fractions": self.fractions(), "per_step_ms": self.per_step_ms()}
+
+    def __repr__(self) -> str:
+        if self.window_ms <= 0 or not self.ms:
+            return f"TimeBreakdown({self.note or 'no GPU activity in this trace'})"
+        parts = ", ".join(f"{k} {v / self.window_ms:.0%}" for k, v in self.ms.items() if v > 0)
+        return f"TimeBreakdown({self.steps} steps, {self.window_ms / self.steps:.3f} ms each: {parts})"
 
     def _repr_html_(self) -> str:
         if self.window_ms <= 0 or not self.ms:
@@ -97,8 +109,43 @@ def _clip(spans: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[
     return [(max(s, lo), min(e, hi)) for s, e in spans if e > lo and s < hi]
 
 
-def time_breakdown(trace: str | Path | dict[str, Any], *, step_name: str = STEP_RANGE) -> TimeBreakdown:
-    """Where the GPU's time went during the trace's steps (ranges named `step_name`, or the whole trace)."""
+PROFILER_SLOWDOWN = 1.5  # a step this many times slower under the profiler than without it is flagged
+
+
+def profiler_overhead_note(profiled_step_ms: float, unprofiled_step_ms: float | None) -> str:
+    """A sentence when the profiler slowed the step down markedly (its own host cost), else ""."""
+    if not unprofiled_step_ms or profiled_step_ms <= PROFILER_SLOWDOWN * unprofiled_step_ms:
+        return ""
+    return (f"the step took {profiled_step_ms:.3g} ms under the profiler against {unprofiled_step_ms:.3g} ms without "
+            f"it ({profiled_step_ms / unprofiled_step_ms:.1f}x): the profiler itself costs host time, so part of "
+            "the idle time (host launching) is the profiler's, not your loop's")
+
+
+def time_breakdown(trace: str | Path | dict[str, Any], *, step_name: str = STEP_RANGE,
+                   unprofiled_step_ms: float | None = None) -> TimeBreakdown:
+    """Where the GPU's time went during the trace's steps (ranges named `step_name`, or the whole trace).
+
+    With `unprofiled_step_ms` (the same step timed without the profiler, e.g. `gl.benchmark(step).median *
+    1e3`), the note says when the step ran much slower under the profiler: then the profiler's own host cost
+    shows up as idle time.
+    """
+    if unprofiled_step_ms is not None:
+        from .checks import positive_float
+
+        positive_float("unprofiled_step_ms", unprofiled_step_ms)
+    data = load_trace(trace)  # a big trace is read once
+    out = _time_breakdown(data, step_name)
+    out.unprofiled_step_ms = unprofiled_step_ms
+    events = [e for e in data.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    steps = [float(e["dur"]) / 1e3 for e in events if e.get("name") == step_name and e.get("cat") == "user_annotation"]
+    profiled = (out.window_ms / out.steps) if out.window_ms > 0 else (sum(steps) / len(steps) if steps else 0.0)
+    extra = profiler_overhead_note(profiled, unprofiled_step_ms)
+    if extra:
+        out.note = f"{out.note}; {extra}" if out.note else extra[0].upper() + extra[1:]
+    return out
+
+
+def _time_breakdown(trace: str | Path | dict[str, Any], step_name: str) -> TimeBreakdown:
     events = [e for e in load_trace(trace).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
     steps = [span(e) for e in events if e.get("name") == step_name and e.get("cat") == "user_annotation"]
@@ -161,14 +208,17 @@ class StepMemoryProfile:
 
     @property
     def totals(self) -> list[int]:
+        """Total live bytes at each time."""
         return [sum(v[i] for v in self.by_category.values()) for i in range(len(self.times_ms))]
 
     @property
     def peak_bytes(self) -> int:
+        """The most bytes live at once during the step."""
         return max(self.totals, default=0)
 
     @property
     def peak_ms(self) -> float | None:
+        """When the peak came, in ms from the step's first memory event (None without a timeline)."""
         t = self.totals
         return self.times_ms[t.index(max(t))] if t else None
 
@@ -179,7 +229,24 @@ class StepMemoryProfile:
         i = self.totals.index(self.peak_bytes)
         return {c: v[i] for c, v in self.by_category.items()}
 
+    def __repr__(self) -> str:
+        if not self.times_ms:
+            return f"StepMemoryProfile({self.device}: {self.note or 'no memory timeline'})"
+        parts = ", ".join(f"{k} {v / 2**20:,.1f} MiB" for k, v in self.at_peak().items())
+        return (f"StepMemoryProfile({self.device}: peak {self.peak_bytes / 2**20:,.1f} MiB at {self.peak_ms:.1f} ms "
+                f"of {len(self.times_ms)} samples; at the peak: {parts})")
+
+    def _repr_html_(self) -> str:
+        if not self.times_ms:
+            return f"<p><i>No memory timeline: {html.escape(self.note or 'nothing recorded')}</i></p>"
+        rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{v / 2**20:,.1f} MiB</td></tr>"
+                       for k, v in self.at_peak().items())
+        note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
+        return (f"<b>Memory at the step's peak</b> ({self.peak_bytes / 2**20:,.1f} MiB at {self.peak_ms:.1f} ms, "
+                f"{html.escape(self.device)})<table>{rows}</table>{note}")
+
     def to_dict(self) -> dict[str, Any]:
+        """The peak and the bytes per category at it (the timeline itself stays out of the JSON)."""
         return {"device": self.device, "peak_bytes": self.peak_bytes, "peak_ms": self.peak_ms,
                 "at_peak": self.at_peak(), "note": self.note, "snapshot_path": self.snapshot_path,
                 "samples": len(self.times_ms)}
@@ -230,11 +297,41 @@ def step_memory(step: Callable[[], Any], *, device: torch.device | str | None = 
     if not times:
         out.note = f"no memory events on {dev_str}"
         return out
-    names = [getattr(c, "name", None) for c in _CATEGORY_TO_INDEX]  # sizes[i][0] is the total-untracked slot
-    out.by_category = {c: [0] * len(times) for c in MEMORY_CATEGORIES}
-    for i, row in enumerate(sizes):
-        for j, name in enumerate(names):
-            out.by_category[_MEMORY_CATEGORY.get(name, "other")][i] += max(0, int(row[j + 1]))
+    names = [None] * len(_CATEGORY_TO_INDEX)  # sizes[i][0] is the total-untracked slot
+    for c, j in _CATEGORY_TO_INDEX.items():
+        names[j] = getattr(c, "name", None)
+    out.by_category, inferred = categorize(names, [row[1:] for row in sizes])
+    if inferred:
+        out.note = (f"{inferred / 2**20:,.1f} MiB the profiler could not categorize was allocated and freed within "
+                    "the step: counted as activations (temporaries of forward and backward)")
     t0 = next((t for t in times if t > 0), 0)
     out.times_ms = [max(0.0, (t - t0) / 1e3) for t in times]
     return out
+
+
+def categorize(names: list[str | None], rows: list[list[int]]) -> tuple[dict[str, list[int]], int]:
+    """Bytes per category over time from the profiler's per-category rows (`names[j]` names column j).
+
+    The profiler leaves memory uncategorized (None) where it cannot follow a tensor, which on a transformer
+    (fused attention, compiled code) can be most of what forward saves for backward. Uncategorized memory
+    above its level at the step's start and end was allocated and freed within the step: that is what
+    activations and temporaries are, so it is counted there; the level that stays (inputs, caches) is "other".
+    Returns the series and the peak bytes so moved.
+    """
+    out = {c: [0] * len(rows) for c in MEMORY_CATEGORIES}
+    unknown = [0] * len(rows)
+    for i, row in enumerate(rows):
+        for j, name in enumerate(names):
+            v = max(0, int(row[j]))
+            if name is None:
+                unknown[i] += v
+            else:
+                out[_MEMORY_CATEGORY.get(name, "other")][i] += v
+    base = min(unknown[0], unknown[-1]) if unknown else 0
+    inferred = 0
+    for i, v in enumerate(unknown):
+        moved = max(0, v - base)
+        out["activations"][i] += moved
+        out["other"][i] += v - moved
+        inferred = max(inferred, moved)
+    return out, inferred

@@ -85,7 +85,8 @@ class StepTracker:
         flops_per_step: model FLOPs of one step (from `count_flops` or a formula), for TFLOP/s and MFU.
         items_per_step: tokens or samples per step, for throughput (`step(items=...)` overrides it per step).
         dtype: the dtype the matmuls run in; picks the device's datasheet dense peak for MFU.
-        peak_tflops, peak_name: a peak to use instead (e.g. a measured one) and what to call it.
+        peak_tflops, peak_name: a peak to use instead and what to call it.
+        peaks: measured peaks (`gl.measure_peaks()`): MFU against the measured peak of `dtype`.
         log_every: print one line every N measured steps (0: never).
         csv_path: append one row per measured step to this CSV file.
         tensorboard: a log directory or a SummaryWriter; scalars under "tracker/".
@@ -100,7 +101,8 @@ class StepTracker:
     def __init__(self, *, flops_per_step: float | None = None, items_per_step: float | None = None,
                  item_name: str = "tokens", dtype: str | None = None, peak_tflops: float | None = None,
                  peak_name: str = "", log_every: int = 0, csv_path: str | Path | None = None,
-                 tensorboard: Any = None, plot: bool | Callable[[Any], Any] = False, plot_every_s: float = 1.0, monitor: Any = None,
+                 tensorboard: Any = None, peaks: Any = None, plot: bool | Callable[[Any], Any] = False,
+                 plot_every_s: float = 1.0, monitor: Any = None,
                  every: int | None = None, device: Any = None, event_factory: Callable[[], Any] | None = None,
                  clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print):
         for name, v in (("flops_per_step", flops_per_step), ("items_per_step", items_per_step),
@@ -119,12 +121,27 @@ class StepTracker:
         from .device import get_device
 
         self.device = device or get_device()
+        if peaks is not None and peak_tflops is not None:
+            raise ValueError("give peaks= (measured peaks) or peak_tflops=, not both")
+        if peaks is not None and not hasattr(peaks, "tflops"):
+            raise ValueError(f"peaks={peaks!r} must be measured peaks from gl.measure_peaks()")
         if dtype is not None and peak_tflops is None:
             from .device import check_dtype
 
             dtype = check_dtype(dtype)
-            peak_tflops = self.device.datasheet_tflops(dtype)
-            peak_name = peak_name or f"{self.device.name} {dtype} datasheet dense peak"
+            if peaks is not None:
+                peak_tflops = peaks.tflops.get(dtype)
+                if peak_tflops is None:
+                    raise ValueError(f"peaks has no measured {dtype} peak (it holds: {', '.join(peaks.tflops) or 'none'})")
+                peak_name = peak_name or f"measured {dtype} peak"
+            else:
+                peak_tflops = self.device.datasheet_tflops(dtype)
+                if peak_tflops is not None:
+                    peak_name = peak_name or f"{self.device.name} {dtype} datasheet dense peak"
+        elif peaks is not None:
+            raise ValueError("peaks= needs dtype= (which measured peak to use)")
+        if peak_tflops is None:
+            peak_name = ""  # no peak, no name: a peak that does not exist is never named
         self.flops, self.items, self.item_name = flops_per_step, items_per_step, item_name
         self.peak_tflops, self.peak_name = peak_tflops, peak_name or ("" if peak_tflops is None else "given peak")
         self.log_every, self.plot, self.plot_every_s = log_every, plot, plot_every_s
@@ -372,16 +389,22 @@ class StepTracker:
         steps = sum(r.steps for r in rs)
         total_s = sum(r.gpu_ms * r.steps for r in rs) / 1e3
         flops_rate = self.flops * steps / total_s / 1e12 if self.flops and total_s > 0 else None
+        mfu_window = flops_rate / self.peak_tflops if flops_rate and self.peak_tflops else None
+        worst = max([m for m in (med("mfu"), mfu_window) if m is not None], default=None)
+        if worst is not None and worst > 1.0:
+            warnings.warn(f"tracked MFU {worst:.0%} is over 100% of the {self.peak_name or 'given peak'} "
+                          f"({self.peak_tflops} TFLOP/s): the FLOP count per step or the peak is wrong", stacklevel=2)
         return {"steps": steps, "records": len(rs), "every": self.every,
                 "gpu_ms_median": q[1], "gpu_ms_q1": q[0], "gpu_ms_q3": q[2],
                 "host_ms_median": med("host_ms"), "items_per_s_median": med("items_per_s"),
                 "tflops_median": med("tflops"), "mfu_median": med("mfu"),
                 "tflops_window": flops_rate,
-                "mfu_window": flops_rate / self.peak_tflops if flops_rate and self.peak_tflops else None,
+                "mfu_window": mfu_window,
                 "peak_tflops": self.peak_tflops, "peak_name": self.peak_name, "timer": self.timer,
                 "notes": list(self.notes)}
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary and every step record, JSON-ready."""
         return {"summary": self.summary(), "records": [asdict(r) for r in self.records]}
 
 

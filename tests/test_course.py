@@ -44,7 +44,7 @@ def test_summary_from_fixtures_reports_missing_and_malformed_and_keeps_the_rest(
 
 def test_notebook_selection():
     names = [p.stem for p in course.notebooks()]
-    assert names == sorted(names) and len(names) == 10 and names[-1] == "10_multi_gpu"
+    assert names == sorted(names) and len(names) == 11 and names[-1] == "11_your_model"
     assert [p.stem for p in course.notebooks(["3", "01"])] == [names[2], names[0]]
     with pytest.raises(ValueError, match="not found; choose from"):
         course.notebooks(["99"])

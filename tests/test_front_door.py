@@ -189,9 +189,12 @@ def test_a_corrupt_result_written_during_a_run_does_not_end_it(tmp_path, monkeyp
         (folder / f"{Path(src).stem}.json").write_bytes(b"\xb7\xb7\xb7")
 
     monkeypatch.setattr(pm, "execute_notebook", writes_binary)
-    assert exit_code(["run", "01", "02", "--out", str(tmp_path / "run")]) == 0
-    out = capsys.readouterr().out
+    # Both notebooks run and the summary is written; the unreadable results show in the terminal and exit code too.
+    assert exit_code(["run", "01", "02", "--out", str(tmp_path / "run")]) == 1
+    captured = capsys.readouterr()
+    out = captured.out
     assert "ok   01_measuring" in out and "ok   02_tensor_cores" in out and "summary:" in out
+    assert "problem: 01_measuring: result not copied" in captured.err
     text = (tmp_path / "run" / "summary.md").read_text()
     assert "skipped 01_measuring.json: not a text file" in text
 

@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parent.parent / "gpulab"
 CORE = ["checks", "text", "claims", "compiler", "params", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
         "lesson", "tracker", "traces"]
 TOOLS = ["dataloading", "batchsize", "fused_loss", "workloads", "training", "distributed", "matmuls", "sampling"]
-OTHER = {"_rank", "_compat", "__main__"}  # a rank's entry point, old module paths, the CLI entry
+OTHER = {"_rank", "__main__"}  # a rank's entry point, the CLI entry
 UPPER = ("gpulab.lessons", "gpulab.app", "gpulab.display")
 
 
@@ -40,15 +40,13 @@ def test_no_module_over_500_lines():
     assert not long, f"split these by concern: {long}"
 
 
-def test_old_module_paths_still_import_with_a_warning():
-    code = ("import sys, warnings; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
-            "import gpulab; warnings.simplefilter('error')\n"
-            "try:\n    import gpulab.widgets\nexcept DeprecationWarning as e:\n    print('warned', e)\n"
-            "warnings.simplefilter('ignore'); import gpulab.widgets as old, gpulab.display.widgets as new; "
-            "print(old is new)")
+def test_old_module_paths_are_gone():
+    """One deprecation path (names, not module paths): `gpulab.matmul_lab` no longer imports."""
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+            "import gpulab\ntry:\n    import gpulab.matmul_lab\nexcept ModuleNotFoundError:\n    print('gone')")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=PKG.parent).stdout
-    assert "warned gpulab.widgets moved to gpulab.display.widgets" in out and out.strip().endswith("True")
+    assert out.strip() == "gone"
 
 
 @pytest.mark.parametrize("module", CORE + TOOLS)

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 EXPECTED = ["01_measuring", "02_tensor_cores", "03_fusion", "04_sync_points",
             "05_data_overlap", "06_batch_size", "07_mixed_precision", "08_case_study", "09_profiling",
-            "10_multi_gpu"]
+            "10_multi_gpu", "11_your_model"]
 VERDICTS = {"confirmed", "refuted", "inconclusive", "not comparable", "not tested"}
 
 

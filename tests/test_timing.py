@@ -57,7 +57,7 @@ def test_a_large_ratio_with_a_wide_spread_is_noisy_not_within_noise():
     # The CPU case that once printed "within noise (94.25x)": the sides' spreads do not overlap.
     slow = Measurement("slow", [0.05, 0.5, 0.94, 1.5, 3.0])
     quick = Measurement("quick", [0.0099, 0.01, 0.0101, 0.01])
-    s = compare(slow, quick)
+    s = speedup(slow, quick)
     assert not s.within_noise and s.noisy and "noisy" in s.verdict and "94.00x faster" in s.verdict
     lo, hi = s.estimate().interval
     assert lo < s.ratio < hi
@@ -66,9 +66,9 @@ def test_a_large_ratio_with_a_wide_spread_is_noisy_not_within_noise():
 def test_within_noise_needs_overlapping_spreads():
     a = Measurement("a", [1.0, 1.02, 0.98, 1.01, 0.99])
     b = Measurement("b", [0.97, 0.98, 0.96, 0.975])  # medians 2.5% apart, IQRs do not overlap
-    assert not compare(a, b).within_noise
+    assert not speedup(a, b).within_noise
     c = Measurement("c", [0.99, 1.0, 0.98, 1.01])
-    assert compare(a, c).within_noise
+    assert speedup(a, c).within_noise
 
 
 def test_speedup_interval_from_paired_rounds():

@@ -6,7 +6,8 @@ Where results go:
   own: a later run, or a notebook run in Jupyter, never overwrites them. A notebook that ran to the end also
   has its result copied to `data/results/<gpu>/`, the latest result of each notebook whoever ran it (Jupyter
   writes there directly); `gpulab run --all` summarises that folder.
-- Nothing is written under notebooks/: an --out there is refused.
+- Nothing is written under notebooks/ or data/reference/ (the committed reference runs): an --out there is
+  refused. A lock file in the run folder makes a second run into the same folder stop, naming the first.
 Every mistake in the options (a bad --out, --compare or --timeout, an unknown or ill-typed -p parameter) is
 refused before any notebook runs.
 """
@@ -23,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..checks import positive_int
 from .params import SCHEMAS, check_params
-from ..results import ResultError, load_result, results_dir, write_json_atomic
+from ..results import ResultError, data_dir, load_result, results_dir, write_json_atomic
 from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
                       summary_tables, update_readme, write_summary)
 
@@ -32,6 +33,8 @@ NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 # profiler's start/stop lines are nothing a reader can act on; errors in the notebook's code still show.
 KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
 QUIET_ENV = {"KINETO_LOG_LEVEL": "6"}  # the profiler library's log (profiler_start/stop, gpuGetDeviceCount)
+REFERENCE_DIR = data_dir() / "reference"
+LOCK_NAME = ".gpulab-run.lock"
 
 
 def notebooks(selection: Sequence[str] = (), folder: Path | None = None) -> list[Path]:
@@ -71,10 +74,13 @@ class CourseRun:
     out: Path | None = None
     summary_md: Path | None = None
     summary_png: Path | None = None
+    problems: list[str] = field(default_factory=list)  # everything the summary lists under Problems, and more
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.runs)
+        """True when every notebook ran, nothing went wrong around them, and the run was not interrupted."""
+        return all(r.ok for r in self.runs) and not self.problems and not self.interrupted
 
 
 # -- checks made before any notebook runs -------------------------------------------------------------------
@@ -95,6 +101,9 @@ def check_out_dir(out: Path | str, name: str = "--out") -> Path:
     if _inside(out, NOTEBOOK_DIR):
         raise ValueError(f"{name} {out} is inside {NOTEBOOK_DIR}: runs never write there (the course's notebooks "
                          "would be replaced by executed copies); choose another folder, e.g. runs/mine")
+    if _inside(out, REFERENCE_DIR):
+        raise ValueError(f"{name} {out} is inside {REFERENCE_DIR}: the committed reference runs are never "
+                         "overwritten by a run; choose another folder, e.g. runs/mine")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{name} {out} is an existing file; give a folder")
     parent = out
@@ -116,7 +125,86 @@ def check_reference_dir(compare: Path | str | None, name: str = "--compare") -> 
         raise ValueError(f"{name} {compare} is a file; give the folder of a reference run")
     if not any(compare.glob("[0-9][0-9]_*.json")):
         raise ValueError(f"{name} {compare} holds no result files (NN_name.json)")
+    found, problems = collect(compare)
+    if not found:
+        raise ValueError(f"{name} {compare}: none of its result files loads ({'; '.join(problems[:3])})")
     return compare
+
+
+def reference_problems(compare: Path | None, name: str = "--compare") -> list[str]:
+    """The files of a reference folder that do not load, each named (for the terminal, as the summary lists them)."""
+    return [] if compare is None else [f"{name}: {p}" for p in collect(compare)[1]]
+
+
+@contextlib.contextmanager
+def run_lock(out: Path) -> Iterator[Path]:
+    """Hold `out`'s lock while a run writes there: a second run into the same folder stops, naming the first."""
+    lock = out / LOCK_NAME
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            break
+        except FileExistsError:
+            holder = lock.read_text(errors="replace").strip() if lock.exists() else ""
+            pid = int(holder.split()[0]) if holder.split() and holder.split()[0].isdigit() else None
+            if pid is not None and _alive(pid):
+                raise ValueError(f"--out {out} is in use by another run ({holder}); wait for it to finish or choose "
+                                 f"another folder (a stale lock: delete {lock})") from None
+            lock.unlink(missing_ok=True)  # its run is gone: a stale lock
+    else:
+        raise ValueError(f"--out {out}: could not take the lock {lock}")
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()} pid, started {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    try:
+        yield lock
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _schema_size(notebook: str, name: str, params: Mapping[str, Any], smoke: bool) -> Any:
+    value = params.get(name)
+    return value if value is not None else SCHEMAS[notebook][name].size_for(smoke)
+
+
+def _memory_bytes() -> int | None:
+    """The most memory one allocation could hope for here: the GPU's (if any), else the host's."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory
+        import psutil
+
+        return psutil.virtual_memory().total
+    except Exception:
+        return None
+
+
+def _rule_01(params: Mapping[str, Any], smoke: bool) -> str | None:
+    big, tiny = (_schema_size("01_measuring", k, params, smoke) for k in ("BIG_N", "TINY_SIZE"))
+    if big and tiny and big % tiny:
+        return (f"BIG_N={big} must be a multiple of TINY_SIZE={tiny} (the tiny matmuls add up to the big one's "
+                "FLOPs)")
+    have = _memory_bytes()
+    need = 3 * 4 * big * big if big else 0  # A, B and the result, FP32
+    if have and need > have:
+        return (f"BIG_N={big} needs {need / 2**30:,.0f} GiB for one FP32 matmul's three matrices; this machine has "
+                f"{have / 2**30:,.0f} GiB")
+    return None
+
+
+# Rules between a notebook's parameters, and sizes that cannot fit: checked before any notebook runs.
+RULES = {"01_measuring": _rule_01}
 
 
 def parameter_names(nb: Path) -> set[str]:
@@ -148,6 +236,8 @@ def notebook_parameters(chosen: Sequence[Path], user: Mapping[str, Any], smoke: 
         params = {"SMOKE": bool(smoke)} | {k: v for k, v in user.items() if k in names[nb.stem]}
         if nb.stem in SCHEMAS:
             check_params(params, nb.stem, unknown=True)
+        if nb.stem in RULES and (why := RULES[nb.stem](params, smoke)):
+            raise ValueError(f"{nb.stem}: {why}")
         out[nb.stem] = params
     return out
 
@@ -240,14 +330,12 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
         html: also write each executed notebook as HTML beside it.
         show_all: summarise the latest result of every notebook (data/results/<gpu>/), not only this run's.
     """
-    import papermill as pm
-    from tqdm.auto import tqdm
-
     from ..device import get_device
 
     chosen = notebooks(selection)
     positive_int("timeout_s", timeout_s, allow_none=True)
     compare = check_reference_dir(compare)
+    ref_problems = reference_problems(compare)
     per_notebook = notebook_parameters(chosen, dict(parameters or {}), smoke)
     if html:
         from .html_export import check_available
@@ -262,9 +350,49 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     env = {"GPULAB_RESULTS": str(run_results.resolve()), "GPULAB_RUN_ID": out.resolve().name + f"-{os.getpid()}"}
     env |= {k: os.environ.get(k, v) for k, v in QUIET_ENV.items()}
 
+    with run_lock(out):
+        return _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compare, ref_problems,
+                           timeout_s, html, show_all, progress)
+
+
+def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compare, ref_problems, timeout_s, html,
+                show_all, progress) -> CourseRun:
+    import papermill as pm
+    from tqdm.auto import tqdm
+
     course = CourseRun(out=out)
     problems: list[str] = []
     bar = tqdm(chosen, desc="notebooks", disable=not progress)
+    try:
+        _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, latest, env, timeout_s, html)
+    except KeyboardInterrupt:
+        course.interrupted = True
+        done = ", ".join(r.notebook for r in course.runs) or "none"
+        problems.append(f"interrupted (Ctrl-C): the summary holds only the notebooks that finished ({done})")
+    finally:
+        bar.close()
+    write_json_atomic(out / "runs.json", [r.__dict__ for r in course.runs])
+    failed = [r.notebook for r in course.runs if not r.ok]
+    if show_all:
+        source = latest / slug
+        heading = (f"The latest result of every notebook in `{source}` (this run's and earlier ones, each with "
+                   "its date).")
+        expected = []
+    else:
+        source = run_results / slug
+        heading = f"This run's results only (`{source}`); `--all` shows the latest result of every notebook."
+        ran = {r.notebook for r in course.runs}
+        expected = [nb.stem for nb in chosen if nb.stem not in failed and nb.stem in ran]
+    course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
+                                                          exclude=[] if show_all else failed, problems=problems,
+                                                          heading=heading)
+    course.problems = [p for p in problems if not p.startswith(tuple(f"{f} failed" for f in failed))] + ref_problems
+    if course.interrupted:
+        course.problems = [p for p in course.problems if not p.startswith("interrupted")]
+    return course
+
+
+def _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, latest, env, timeout_s, html) -> None:
     for nb in bar:
         bar.set_postfix_str(nb.stem)
         dest = out / nb.name
@@ -276,6 +404,8 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
                                     extra_arguments=KERNEL_ARGS)
             run = NotebookRun(nb.stem, True, time.perf_counter() - t0, str(dest))
         except Exception as e:  # report and go on: one failing notebook must not stop the course
+            if getattr(e, "ename", "") == "KeyboardInterrupt":  # Ctrl-C reached the kernel first: stop the run
+                raise KeyboardInterrupt from None
             run = NotebookRun(nb.stem, False, time.perf_counter() - t0, str(dest), describe_error(e, dest, timeout_s))
             problems.append(f"{nb.stem} failed: {run.error}; its results are not shown as this run's")
         if run.ok:
@@ -292,21 +422,6 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
             except Exception as e:  # the HTML copy is a convenience: say so, keep the run
                 problems.append(f"{nb.stem}: no HTML copy ({type(e).__name__}: {e})")
         course.runs.append(run)
-    write_json_atomic(out / "runs.json", [r.__dict__ for r in course.runs])
-    failed = [r.notebook for r in course.runs if not r.ok]
-    if show_all:
-        source = latest / slug
-        heading = (f"The latest result of every notebook in `{source}` (this run's and earlier ones, each with "
-                   "its date).")
-        expected = []
-    else:
-        source = run_results / slug
-        heading = f"This run's results only (`{source}`); `--all` shows the latest result of every notebook."
-        expected = [nb.stem for nb in chosen if nb.stem not in failed]
-    course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
-                                                          exclude=[] if show_all else failed, problems=problems,
-                                                          heading=heading)
-    return course
 
 
 @contextlib.contextmanager
