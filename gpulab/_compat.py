@@ -13,7 +13,6 @@ MOVED = {
     "gpulab.compile_checks": "gpulab.lessons.compile_checks",
     "gpulab.compile_lab": "gpulab.lessons.compile_lab",
     "gpulab.course": "gpulab.app.course",
-    "gpulab.data_lab": "gpulab.lessons.data_lab",
     "gpulab.html_export": "gpulab.app.html_export",
     "gpulab.matmul_lab": "gpulab.lessons.matmul_lab",
     "gpulab.measuring_claims": "gpulab.lessons.measuring_claims",

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.lessons import data_lab as dl
+from gpulab import dataloading as dl
+from gpulab.claims import ratio
 from gpulab.claims import Estimate
 from gpulab.timing import benchmark
 
@@ -111,8 +112,8 @@ def test_compare_feeds_is_a_pipeline_comparison_on_cpu():
 
 def test_ratio_share_and_knee_estimates():
     e = Estimate
-    assert dl.ratio(e(10, 9, 11), e(5, 4, 5)).interval == pytest.approx((9 / 5, 11 / 4))
-    assert dl.ratio(None, e(1, 1, 1)) is None
+    assert ratio(e(10, 9, 11), e(5, 4, 5)).interval == pytest.approx((9 / 5, 11 / 4))
+    assert ratio(None, e(1, 1, 1)) is None
     rates = {0: e(100, 95, 105), 4: e(300, 280, 320), 8: e(330, 300, 340), 16: e(320, 310, 335)}
     s = dl.share_of_best(rates, 8)
     assert s.value == 1.0 and s.hi == 1.0 and s.lo == pytest.approx(300 / 340)

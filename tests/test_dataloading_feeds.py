@@ -4,7 +4,8 @@ import psutil
 import pytest
 import torch
 
-from gpulab.lessons import data_lab as dl
+from gpulab import batchsize as bs
+from gpulab import dataloading as dl
 from gpulab.experiment import RunResult
 from gpulab.flops import transformer_flops_per_token
 from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset
@@ -99,7 +100,7 @@ def test_utilization_by_workers_measures_each_count(tmp_path, cpu_device):
 
 def test_gpt_step_accumulates_and_counts_flops():
     cfg = GPTConfig.smoke()
-    step = dl.GPTTrainStep(cfg, seq_len=16)
+    step = bs.GPTTrainStep(cfg, seq_len=16)
     x, y = step.batch(3)
     assert x.shape == y.shape == (3, 16) and x.is_contiguous() and y.is_contiguous()
     before = step.model.lm_head.weight.detach().clone()
@@ -112,14 +113,14 @@ def test_gpt_step_accumulates_and_counts_flops():
     with pytest.raises(ValueError, match="accum"):
         step(4, accum=3)
     with pytest.raises(ValueError, match="seq_len"):
-        dl.GPTTrainStep(cfg, seq_len=cfg.block_size + 1)
+        bs.GPTTrainStep(cfg, seq_len=cfg.block_size + 1)
     step.close()
     assert step.model is None
 
 
 def test_memory_estimate_grows_linearly_with_batch():
     cfg = GPTConfig.smoke()
-    m1, m2, m4 = (dl.gpt_step_memory_estimate(cfg, b, 32) for b in (1, 2, 4))
+    m1, m2, m4 = (bs.gpt_step_memory_estimate(cfg, b, 32) for b in (1, 2, 4))
     assert m1 < m2 < m4 and (m4 - m2) == 2 * (m2 - m1)
 
 
@@ -137,17 +138,17 @@ class _FakeStep:
 
 
 def test_batch_sweep_rows_and_oom_rows():
-    rows, runs = dl.batch_sweep(_FakeStep(), [1, 2, 4], min_time_s=0.01, progress=False)
+    rows, runs = bs.batch_sweep(_FakeStep(), [1, 2, 4], min_time_s=0.01, progress=False)
     assert [r["batch_size"] for r in rows] == [1, 2, 4] and set(runs) == {1, 2}
     assert rows[2]["oom"] and "out of memory" in rows[2]["error"] and rows[2]["samples_per_s"] is None
     assert rows[0]["tokens_per_s"] == pytest.approx(rows[0]["samples_per_s"] * 8)
     assert rows[0]["peak_mem_gb"] is None  # no allocator to ask on a CPU
-    assert dl.column(rows, "samples_per_s")[2] is None and dl.row_for(rows, "batch_size", 2) is rows[1]
-    real = dl.GPTTrainStep(GPTConfig.smoke(), seq_len=8)
-    rows, _ = dl.batch_sweep(real, [1, 2], min_time_s=0.01, progress=False)
+    assert bs.column(rows, "samples_per_s")[2] is None and bs.row_for(rows, "batch_size", 2) is rows[1]
+    real = bs.GPTTrainStep(GPTConfig.smoke(), seq_len=8)
+    rows, _ = bs.batch_sweep(real, [1, 2], min_time_s=0.01, progress=False)
     assert all(r["samples_per_s"] > 0 and not r["oom"] for r in rows)
     calls = []
-    assert dl.peak_memory_gb(lambda: calls.append(1), "cpu") is None and calls == [1]
+    assert bs.peak_memory_gb(lambda: calls.append(1), "cpu") is None and calls == [1]
 
 
 def test_denormalize_round_trips_the_dataset_normalization(tmp_path):
@@ -194,3 +195,13 @@ def test_launch_headroom_times_host_and_gpu_per_step():
     x, y = torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(10, (8,), device="cuda")
     h = dl.launch_headroom(step, x, y, steps=2, repeats=2)
     assert h["batch"] == 8 and h["host_s"] > 0 and h["gpu_s"] > 0
+
+
+def test_batch_sweep_takes_any_step_with_its_sequence_length_and_flops():
+    """A step written in a notebook cell (a plain function) sweeps like a GPTTrainStep, at its own length."""
+    calls = []
+    rows, runs = bs.batch_sweep(lambda b: calls.append(b), [1, 4], seq_len=16, flops_per_sequence=2e6,
+                                min_time_s=0.01, progress=False)
+    assert set(calls) == {1, 4} and set(runs) == {1, 4}
+    assert rows[1]["tokens_per_s"] == pytest.approx(rows[1]["samples_per_s"] * 16)
+    assert runs[4].flops == pytest.approx(8e6) and runs[4].items == 64
