@@ -10,7 +10,7 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "gpulab"
 CORE = ["checks", "claims", "compiler", "params", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
         "lesson", "tracker", "traces"]
-TOOLS = ["dataloading", "batchsize", "fused_loss", "workloads", "training", "distributed"]
+TOOLS = ["dataloading", "feeds", "batchsize", "fused_loss", "workloads", "training", "distributed"]
 OTHER = {"_rank", "_compat", "__main__"}  # a rank's entry point, old module paths, the CLI entry
 UPPER = ("gpulab.lessons", "gpulab.app", "gpulab.display")
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from ..batchsize import column, gpt_step_memory_estimate, sweet_spot, trace_estimate
 from ..claims import Claim, Estimate, difference, ratio
-from ..dataloading import knee
+from ..feeds import knee
 from ..display.text import pct, si
 
 GPU = ("cuda", "full")  # a GPU at the full sizes: what every speed, memory and utilization claim stands on

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 from ..batchsize import column, trace_estimate
 from ..claims import Claim, Estimate, ratio
-from ..dataloading import (denormalize, knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers,
-                           workers)
+from ..dataloading import denormalize, workers
+from ..feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
 from ..display.text import pct, si
 
 NO_GPU = "needs a CUDA GPU (here the model trains on the same CPU cores the workers use); see the reference run"
