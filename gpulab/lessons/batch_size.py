@@ -1,8 +1,7 @@
 """Notebook 06 (batch size): its claims as data, the sweep read by batch size (`Sweep`), the functions that judge
-each claim on what the notebook measured, and its figures. The training step, the search
-call and the gradient-accumulation loop are written in the notebook's cells; the search and the sweep are
-`gpulab.batchsize`. Nothing here times anything; only the `check_*` functions record (claims).
-"""
+each claim (`check_*`, `record_the_rest`: the only ones that record), and its figures. The training step, the
+search call and the gradient-accumulation loop are written in the notebook's cells; the search and the sweep are
+`gpulab.batchsize`. Nothing here times anything."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

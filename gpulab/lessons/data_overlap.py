@@ -1,7 +1,6 @@
-"""Notebook 05 (feeding the GPU): its claims as data, the functions that judge them on what the notebook measured,
-and its figures. The loops, loaders and timing are in `gpulab.dataloading`; the DataLoader settings are written in
-the notebook's cells. Nothing here times anything or records a result except the `check_*` functions (claims).
-"""
+"""Notebook 05 (feeding the GPU): its claims as data, the functions that judge them (`check_*`, `record_the_rest`:
+the only ones that record), and its figures. Loaders are in `gpulab.dataloading`, fed loops in `gpulab.feeds`; the
+DataLoader settings are written in the notebook's cells. Nothing here times anything."""
 from __future__ import annotations
 
 import tempfile
@@ -98,11 +97,6 @@ def image_dir(lesson: Any) -> Path:
 def why_not(lesson: Any) -> str | None:
     """Why this run cannot test the pipeline claims (they are about feeding a GPU at real sizes), or None."""
     return None if not lesson.small else (NO_GPU if not lesson.gpu else SMOKE_WHY)
-
-
-def _judge(lesson: Any, key: str, value: Any, note: str = "", **kw: Any) -> Claim:
-    why = why_not(lesson)
-    return lesson.untested(key, why) if why else lesson.check(key, value, note, **kw)
 
 
 def utilization_rows(util: Sequence[tuple[int, Any]]) -> tuple[dict[int, Estimate], list[dict[str, Any]]]:
@@ -220,7 +214,9 @@ def check_data_wait(lesson: Any, wait_b: Estimate, wait_a: Estimate, w_fed: int)
 
 
 def check_prefetch_factor(lesson: Any, pf_gain: Estimate, w_fed: int) -> Claim:
-    return _judge(lesson, "prefetch_factor", pf_gain, f"{workers(w_fed)}; samples over the windows' wall time")
+    why = why_not(lesson)
+    return lesson.untested("prefetch_factor", why) if why else lesson.check(
+        "prefetch_factor", pf_gain, f"{workers(w_fed)}; samples over the windows' wall time")
 
 
 def check_persistent(lesson: Any, starts: Any, w_fed: int) -> Claim:
