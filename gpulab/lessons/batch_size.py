@@ -37,7 +37,7 @@ CLAIMS = [
     dict(key="gain_32_64", text="from batch 32 to 64 throughput gains ~26% (380 -> 480 samples/s); measured: "
          "throughput gain", quote="380 samples/s  ← Sweet spot", low=23, high=29, unit="%", source=T62, needs=GPU),
     dict(key="speed_8_64", text="throughput rises 4x from batch 8 to batch 64 (120 -> 480 samples/s)",
-         quote="Fewer kernel launches (less overhead)", low=3, high=5, source=T62, needs=GPU),
+         quote=ROW64, low=3, high=5, source=T62, needs=GPU),
     dict(key="eighty", text="80% of the maximum batch is a safe choice that costs little; measured: its throughput "
          "/ the maximum's, both run in paired rounds ('little': within 5%)",
          quote="Recommended batch size (80% of max)", low=0.95, source="guide §6.1", needs=GPU),
