@@ -347,40 +347,44 @@ def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | 
     return 16 * params + batch_size * t * per_token * bytes_per_value
 
 
-def batch_sweep(step: GPTTrainStep, batch_sizes: Sequence[int], *, dtype: str | None = None,
-                min_time_s: float | None = None, device: Any = None, progress: bool = True
-                ) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
+def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_len: int | None = None,
+                flops_per_sequence: float | None = None, dtype: str | None = None, min_time_s: float | None = None,
+                device: Any = None, progress: bool = True) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
     """Each batch size through `gl.measure`: time, tokens/s, MFU, NVML/GPM utilization; peak memory on CUDA.
 
-    A batch size that runs out of memory (near the limit, the allocator's fragmentation can differ from the
-    search's) gets a row with oom=True and the sweep goes on. Returns the table rows (JSON-able) and the
-    RunResults by batch size (with their monitor traces).
+    `step(b)` trains on b sequences of `seq_len` tokens (any callable; a `GPTTrainStep` brings its own `seq_len`
+    and `flops_per_sequence()`). A batch size that runs out of memory (near the limit, the allocator's
+    fragmentation can differ from the search's) gets a row with oom=True and the sweep goes on. Returns the table
+    rows (JSON-able) and the RunResults by batch size (with their monitor traces).
     """
     dev_info = device if hasattr(device, "is_cuda") else get_device()
-    cuda = step.device.type == "cuda"
+    seq_len = seq_len or step.seq_len
+    fps = flops_per_sequence if flops_per_sequence is not None else step.flops_per_sequence()
+    sdev = getattr(step, "device", None) or dev_info.torch_device
+    cuda = sdev.type == "cuda"
     rows, runs = [], {}
     for b in tqdm(list(dict.fromkeys(batch_sizes)), desc="batch sizes", disable=not progress):
         if cuda:
-            synchronize(step.device)
-            torch.cuda.reset_peak_memory_stats(step.device)
+            synchronize(sdev)
+            torch.cuda.reset_peak_memory_stats(sdev)
         run, error = None, None
         try:
-            run = measure(lambda: step(b), label=f"batch {b}", flops=step.flops_per_sequence() * b, dtype=dtype,
-                          items=b * step.seq_len, item_name="tokens", min_time_s=min_time_s, device=dev_info)
+            run = measure(lambda: step(b), label=f"batch {b}", flops=fps * b, dtype=dtype,
+                          items=b * seq_len, item_name="tokens", min_time_s=min_time_s, device=dev_info)
         except RuntimeError as e:
             if not is_oom(e):
                 raise
             error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         if run is None:  # out of the except block: the failed step's tensors can be freed now
-            _release(step.device)
+            _release(sdev)
             rows.append(dict(batch_size=b, oom=True, error=error, step_ms=None, tokens_per_s=None,
                              samples_per_s=None, tflops=None, mfu=None, nvml_util=None, gpm_sm_active=None,
                              gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None, noisy=None))
             continue
-        peak = torch.cuda.max_memory_allocated(step.device) / 1e9 if cuda else None
+        peak = torch.cuda.max_memory_allocated(sdev) / 1e9 if cuda else None
         runs[b] = run
         rows.append(dict(batch_size=b, oom=False, error=None, step_ms=run.seconds * 1e3,
-                         tokens_per_s=run.throughput, samples_per_s=run.throughput / step.seq_len,
+                         tokens_per_s=run.throughput, samples_per_s=run.throughput / seq_len,
                          tflops=run.tflops, mfu=run.mfu, nvml_util=run.metric("nvml_util"),
                          gpm_sm_active=run.metric("gpm_sm_active"), gpm_tensor_active=run.metric("gpm_tensor_active"),
                          cpu_percent=run.metric("cpu_percent"), peak_mem_gb=peak, noisy=run.measurement.noisy))

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.lessons import data_lab as dl
+from gpulab import dataloading as dl
+from gpulab import feeds
+from gpulab.claims import ratio
 from gpulab.claims import Estimate
 from gpulab.timing import benchmark
 
@@ -47,7 +49,7 @@ def _fed(clock, workers=8, load_s=0.1, step_s=0.002):
     def step(x, y):
         clock.t += step_s  # the GPU step: fast, so loading is the bottleneck
 
-    return dl.Feed(BurstyLoader(clock, workers, load_s), step, "cpu", clock=clock)
+    return feeds.Feed(BurstyLoader(clock, workers, load_s), step, "cpu", clock=clock)
 
 
 def test_median_call_overstates_a_bursty_pipeline_and_the_window_does_not():
@@ -99,26 +101,26 @@ def test_compare_feeds_is_a_pipeline_comparison_on_cpu():
     batches = dl.random_image_batches(2, 4, 8)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
     step = dl.cnn_train_step(model, "cpu")
-    with dl.Feed(dl.cycle(batches), step, "cpu") as a, dl.Feed(dl.cycle(batches), step, "cpu") as b:
-        cmp = dl.compare_feeds(a, b, 2, name="same loop twice", items=8, rounds=2, min_time_s=0.02,
+    with feeds.Feed(feeds.cycle(batches), step, "cpu") as a, feeds.Feed(feeds.cycle(batches), step, "cpu") as b:
+        cmp = feeds.compare_feeds(a, b, 2, name="same loop twice", items=8, rounds=2, min_time_s=0.02,
                                kind="demonstration")
     assert cmp.kind == "demonstration" and cmp.before.pipeline and cmp.after.pipeline
     assert len(cmp.before.measurement.windows) == 3  # the main window and two rounds
     assert len(cmp.before.measurement.meta["data_wait_s_per_batch"]) == 3
     r = cmp.throughput_ratio()
-    assert r.lo <= r.value <= r.hi and dl.data_wait(cmp.after).value >= 0
+    assert r.lo <= r.value <= r.hi and feeds.data_wait(cmp.after).value >= 0
 
 
 def test_ratio_share_and_knee_estimates():
     e = Estimate
-    assert dl.ratio(e(10, 9, 11), e(5, 4, 5)).interval == pytest.approx((9 / 5, 11 / 4))
-    assert dl.ratio(None, e(1, 1, 1)) is None
+    assert ratio(e(10, 9, 11), e(5, 4, 5)).interval == pytest.approx((9 / 5, 11 / 4))
+    assert ratio(None, e(1, 1, 1)) is None
     rates = {0: e(100, 95, 105), 4: e(300, 280, 320), 8: e(330, 300, 340), 16: e(320, 310, 335)}
-    s = dl.share_of_best(rates, 8)
+    s = feeds.share_of_best(rates, 8)
     assert s.value == 1.0 and s.hi == 1.0 and s.lo == pytest.approx(300 / 340)
-    k = dl.knee_estimate(rates, 0.95)
+    k = feeds.knee_estimate(rates, 0.95)
     assert k.value == 8 and k.lo == 4 and k.hi == 16  # 4 could be within 5%; 16 surely is (310 >= 0.95 × 340)
-    assert dl.knee_estimate({}) is None and dl.share_of_best(rates, 2) is None
+    assert feeds.knee_estimate({}) is None and feeds.share_of_best(rates, 2) is None
 
 
 def test_pipeline_mfu_uses_the_window_not_the_median_call():
@@ -129,6 +131,6 @@ def test_pipeline_mfu_uses_the_window_not_the_median_call():
     m = Measurement("fed", [0.05, 0.05, 0.05, 0.85], windows=[(4, 1.0)])
     run = RunResult("fed", m, flops=10e12, items=10, peak_tflops=1000.0, pipeline=True)
     assert run.throughput == pytest.approx(40.0)  # items over the window
-    assert dl.pipeline_mfu(run) == pytest.approx(10e12 / 10 * 40 / 1e15)  # 4%
-    assert run.mfu == pytest.approx(dl.pipeline_mfu(run))  # a pipeline's core MFU uses the window too
-    assert dl.pipeline_mfu(RunResult("x", m)) is None
+    assert feeds.pipeline_mfu(run) == pytest.approx(10e12 / 10 * 40 / 1e15)  # 4%
+    assert run.mfu == pytest.approx(feeds.pipeline_mfu(run))  # a pipeline's core MFU uses the window too
+    assert feeds.pipeline_mfu(RunResult("x", m)) is None

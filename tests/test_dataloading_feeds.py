@@ -4,7 +4,9 @@ import psutil
 import pytest
 import torch
 
-from gpulab.lessons import data_lab as dl
+from gpulab import batchsize as bs
+from gpulab import dataloading as dl
+from gpulab import feeds
 from gpulab.experiment import RunResult
 from gpulab.flops import transformer_flops_per_token
 from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset
@@ -31,11 +33,11 @@ def test_knee_and_throughput_tables():
             dict(num_workers=2, pin_memory=False, samples_per_s=320.0),  # best of a worker count is kept
             dict(num_workers=4, pin_memory=False, samples_per_s=330.0),
             dict(num_workers=4, pin_memory=True, samples_per_s=900.0)]
-    thr = dl.throughput_by_workers(rows, pin_memory=False)
+    thr = feeds.throughput_by_workers(rows, pin_memory=False)
     assert thr == {0: 100.0, 2: 320.0, 4: 330.0}
-    assert dl.knee(thr, 0.95) == 2 and dl.knee(thr, 1.0) == 4 and dl.knee({}) is None
+    assert feeds.knee(thr, 0.95) == 2 and feeds.knee(thr, 1.0) == 4 and feeds.knee({}) is None
     with pytest.raises(ValueError):
-        dl.knee(thr, 0)
+        feeds.knee(thr, 0)
     assert dl.workers_to_feed(0.05, 0.01) == 5 and dl.workers_to_feed(0.001, 0.01) == 1
     with pytest.raises(ValueError):
         dl.workers_to_feed(0, 1)
@@ -58,21 +60,21 @@ def test_feed_runs_batches_from_a_cycle_and_a_loader(tmp_path):
     seen = []
     batches = dl.random_image_batches(2, 3, 8, pin_memory=True)  # pinning is skipped without CUDA
     assert batches[0][0].is_pinned() == torch.cuda.is_available()
-    with dl.Feed(dl.cycle(batches), lambda x, y: seen.append(len(x)), "cpu", prefetch=True) as feed:
+    with feeds.Feed(feeds.cycle(batches), lambda x, y: seen.append(len(x)), "cpu", prefetch=True) as feed:
         feed.run(5)
     assert seen == [3] * 5 and feed.samples == 15 and feed.batches == 5 and not feed.prefetch
     ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
     loader = dl.endless_loader(ds, batch_size=4, num_workers=1, pin_memory=True)
     assert loader.pin_memory is torch.cuda.is_available()
-    with dl.Feed(loader, lambda x, y: seen.append(tuple(x.shape)), "cpu") as feed:
+    with feeds.Feed(loader, lambda x, y: seen.append(tuple(x.shape)), "cpu") as feed:
         feed.run(3)  # more batches than one pass over the 8 images: the loader never ends
         feed.run(1)
     assert seen[-4:] == [(4, 3, 16, 16)] * 4
     assert _no_live_children()
     with pytest.raises(ValueError):
-        dl.Feed(loader, "not callable")
+        feeds.Feed(loader, "not callable")
     with pytest.raises(ValueError):
-        next(dl.cycle([]))
+        next(feeds.cycle([]))
 
 
 def test_epoch_start_times_and_loading_time(tmp_path):
@@ -90,7 +92,7 @@ def test_epoch_start_times_and_loading_time(tmp_path):
 def test_utilization_by_workers_measures_each_count(tmp_path, cpu_device):
     ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
     step = dl.cnn_train_step(SmallCNN(width=4), "cpu")
-    out = dl.utilization_by_workers(ds, step, [0, 1], batch_size=4, batches_per_call=1, flops_per_sample=1e6,
+    out = feeds.utilization_by_workers(ds, step, [0, 1], batch_size=4, batches_per_call=1, flops_per_sample=1e6,
                                     min_time_s=0.02, device=cpu_device, progress=False)
     assert [w for w, _ in out] == [0, 1]
     assert all(isinstance(r, RunResult) and r.throughput > 0 and r.flops == 4e6 for _, r in out)
@@ -99,7 +101,7 @@ def test_utilization_by_workers_measures_each_count(tmp_path, cpu_device):
 
 def test_gpt_step_accumulates_and_counts_flops():
     cfg = GPTConfig.smoke()
-    step = dl.GPTTrainStep(cfg, seq_len=16)
+    step = bs.GPTTrainStep(cfg, seq_len=16)
     x, y = step.batch(3)
     assert x.shape == y.shape == (3, 16) and x.is_contiguous() and y.is_contiguous()
     before = step.model.lm_head.weight.detach().clone()
@@ -112,14 +114,14 @@ def test_gpt_step_accumulates_and_counts_flops():
     with pytest.raises(ValueError, match="accum"):
         step(4, accum=3)
     with pytest.raises(ValueError, match="seq_len"):
-        dl.GPTTrainStep(cfg, seq_len=cfg.block_size + 1)
+        bs.GPTTrainStep(cfg, seq_len=cfg.block_size + 1)
     step.close()
     assert step.model is None
 
 
 def test_memory_estimate_grows_linearly_with_batch():
     cfg = GPTConfig.smoke()
-    m1, m2, m4 = (dl.gpt_step_memory_estimate(cfg, b, 32) for b in (1, 2, 4))
+    m1, m2, m4 = (bs.gpt_step_memory_estimate(cfg, b, 32) for b in (1, 2, 4))
     assert m1 < m2 < m4 and (m4 - m2) == 2 * (m2 - m1)
 
 
@@ -137,17 +139,17 @@ class _FakeStep:
 
 
 def test_batch_sweep_rows_and_oom_rows():
-    rows, runs = dl.batch_sweep(_FakeStep(), [1, 2, 4], min_time_s=0.01, progress=False)
+    rows, runs = bs.batch_sweep(_FakeStep(), [1, 2, 4], min_time_s=0.01, progress=False)
     assert [r["batch_size"] for r in rows] == [1, 2, 4] and set(runs) == {1, 2}
     assert rows[2]["oom"] and "out of memory" in rows[2]["error"] and rows[2]["samples_per_s"] is None
     assert rows[0]["tokens_per_s"] == pytest.approx(rows[0]["samples_per_s"] * 8)
     assert rows[0]["peak_mem_gb"] is None  # no allocator to ask on a CPU
-    assert dl.column(rows, "samples_per_s")[2] is None and dl.row_for(rows, "batch_size", 2) is rows[1]
-    real = dl.GPTTrainStep(GPTConfig.smoke(), seq_len=8)
-    rows, _ = dl.batch_sweep(real, [1, 2], min_time_s=0.01, progress=False)
+    assert bs.column(rows, "samples_per_s")[2] is None and bs.row_for(rows, "batch_size", 2) is rows[1]
+    real = bs.GPTTrainStep(GPTConfig.smoke(), seq_len=8)
+    rows, _ = bs.batch_sweep(real, [1, 2], min_time_s=0.01, progress=False)
     assert all(r["samples_per_s"] > 0 and not r["oom"] for r in rows)
     calls = []
-    assert dl.peak_memory_gb(lambda: calls.append(1), "cpu") is None and calls == [1]
+    assert bs.peak_memory_gb(lambda: calls.append(1), "cpu") is None and calls == [1]
 
 
 def test_denormalize_round_trips_the_dataset_normalization(tmp_path):
@@ -167,14 +169,14 @@ def test_epoch_start_ratio_has_an_interval():
 def test_measure_feed_times_each_extra_window_for_window_s(cpu_device):
     """Extra windows last `window_s` each (a bursty loader needs long ones); a bad value fails before any work."""
     batches = dl.random_image_batches(2, 3, 8)
-    with dl.Feed(dl.cycle(batches), lambda x, y: time.sleep(0.002), "cpu") as feed:
-        run = dl.measure_feed(feed, 1, label="fed", items=3, rounds=2, min_time_s=0.02, window_s=0.12,
+    with feeds.Feed(feeds.cycle(batches), lambda x, y: time.sleep(0.002), "cpu") as feed:
+        run = feeds.measure_feed(feed, 1, label="fed", items=3, rounds=2, min_time_s=0.02, window_s=0.12,
                               device=cpu_device)
         extra = run.measurement.windows[-2:]
         assert all(seconds > 0.08 for _, seconds in extra)  # not the 5 ms of min_time_s / 4
         n = feed.batches
         with pytest.raises(ValueError, match="window_s"):
-            dl.measure_feed(feed, 1, label="fed", items=3, window_s=0, device=cpu_device)
+            feeds.measure_feed(feed, 1, label="fed", items=3, window_s=0, device=cpu_device)
         assert feed.batches == n  # rejected before anything ran
 
 
@@ -194,3 +196,13 @@ def test_launch_headroom_times_host_and_gpu_per_step():
     x, y = torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(10, (8,), device="cuda")
     h = dl.launch_headroom(step, x, y, steps=2, repeats=2)
     assert h["batch"] == 8 and h["host_s"] > 0 and h["gpu_s"] > 0
+
+
+def test_batch_sweep_takes_any_step_with_its_sequence_length_and_flops():
+    """A step written in a notebook cell (a plain function) sweeps like a GPTTrainStep, at its own length."""
+    calls = []
+    rows, runs = bs.batch_sweep(lambda b: calls.append(b), [1, 4], seq_len=16, flops_per_sequence=2e6,
+                                min_time_s=0.01, progress=False)
+    assert set(calls) == {1, 4} and set(runs) == {1, 4}
+    assert rows[1]["tokens_per_s"] == pytest.approx(rows[1]["samples_per_s"] * 16)
+    assert runs[4].flops == pytest.approx(8e6) and runs[4].items == 64

@@ -1,0 +1,187 @@
+"""Notebook 06's lesson module (gpulab/lessons/batch_size.py): claims as data with the guide's words, the sweep read
+by batch size, each claim's verdict on a pretend GPU and on a CPU, and the figures."""
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import matplotlib
+import pytest
+import torch
+
+import gpulab as gl
+from gpulab.batchsize import grad_accumulation_matches
+from gpulab.claims import Estimate
+from gpulab.device import DeviceInfo
+from gpulab.lesson import _as_spec
+from gpulab.lessons import batch_size as M
+from gpulab.workloads import GPTConfig
+from _notebook_run import parameters_cell
+
+matplotlib.use("Agg")
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "06_batch_size"
+GPU = DeviceInfo(kind="cuda", name="pretend GPU", capability=(9, 0), memory_gb=80.0)
+
+
+def _lesson(device, smoke=False, **params):
+    ns = parameters_cell(NAME) | {"SMOKE": smoke} | params
+    return gl.lesson(NAME, ns, claims=M.CLAIMS, device=device, show=False), ns
+
+
+@pytest.fixture
+def gpu_lesson(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    return _lesson(GPU)[0]
+
+
+@pytest.fixture
+def cpu_lesson(cpu_device, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    threads = torch.get_num_threads()
+    yield _lesson(cpu_device)[0]
+    torch.set_num_threads(threads)
+
+
+class _Trace:
+    def __init__(self, nvml):
+        self.nvml = nvml
+
+    def estimate(self, metric):
+        return None if metric != "nvml_util" or self.nvml is None else Estimate(self.nvml, self.nvml - 1, self.nvml + 1)
+
+
+def _run(tokens_per_s, nvml=None):
+    return SimpleNamespace(throughput_estimate=lambda: Estimate(tokens_per_s, 0.98 * tokens_per_s,
+                                                                1.02 * tokens_per_s), trace=_Trace(nvml))
+
+
+# The guide's §6.2 table as a sweep (samples/s, GB, NVML %), plus batch 12.
+GUIDE = {8: (120, 12, 45), 12: (165, 15, 53), 16: (220, 18, 65), 32: (380, 28, 85), 64: (480, 45, 92)}
+
+
+def _sweep(table=GUIDE, oom=(128,), seq_len=128):
+    rows, runs = [], {}
+    for b, (sps, gb, nvml) in table.items():
+        rows.append(dict(batch_size=b, oom=False, step_ms=b / sps * 1e3, samples_per_s=sps,
+                         tokens_per_s=sps * seq_len, mfu=0.1 + b / 1000, nvml_util=nvml,
+                         gpm_sm_active=None if nvml is None else nvml - 10, gpm_tensor_active=None,
+                         cpu_percent=None, peak_mem_gb=gb))
+        runs[b] = _run(sps * seq_len, nvml)
+    rows += [dict(batch_size=b, oom=True, step_ms=None, samples_per_s=None, tokens_per_s=None, mfu=None,
+                  nvml_util=None, gpm_sm_active=None, gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None)
+             for b in oom]
+    return M.Sweep(rows, runs, seq_len=seq_len)
+
+
+def _cmp(speedup, lo, hi, items=(1, 1)):
+    return SimpleNamespace(speedup=speedup, within_noise=False, verdict="faster",
+                           estimate=lambda: Estimate(speedup, lo, hi),
+                           before=SimpleNamespace(items=items[0]), after=SimpleNamespace(items=items[1]))
+
+
+def test_claims_quote_the_guide_and_keep_the_contracts_texts():
+    specs = [_as_spec(c) for c in M.CLAIMS]
+    assert len({s.key for s in specs}) == len(specs) == 19
+    contract = json.loads((ROOT / "tests" / "data" / "notebook_contract.json").read_text())[NAME]
+    assert sorted(s.text for s in specs) == sorted(contract["claims"])
+    numerics = {s.key for s in specs if not s.needs}
+    assert numerics == {"grads_same", "batchnorm", "convergence"}
+    guide = ROOT.parent / "shared" / "guide"
+    texts = [p.read_text(errors="replace") for p in guide.glob("0*.txt")] if guide.is_dir() else []
+    for s in specs:
+        assert s.quote and s.source, s.key
+        if texts:
+            assert any(s.quote in t for t in texts), f"{s.key}: quote not found in the guide"
+
+
+def test_sizes_come_from_the_schema(cpu_device):
+    threads = torch.get_num_threads()
+    try:
+        les, ns = _lesson(cpu_device)  # no GPU: the smoke sizes
+        assert (ns["MODEL"], ns["SEQ_LEN"], ns["SWEEP_SEQ_LEN"], ns["MAX_BATCH"]) == ("smoke", 32, 16, 32)
+        les, ns = _lesson(GPU)
+        assert (ns["MODEL"], ns["SEQ_LEN"], ns["SWEEP_SEQ_LEN"], ns["ACCUM_STEPS"]) == ("gpt2_small", 1024, 128, 4)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_sweep_reads_best_knee_sweet_spot_gains_and_its_table():
+    sw = _sweep()
+    assert [r["batch_size"] for r in sw.ok] == [8, 12, 16, 32, 64] and sw.best == 64
+    assert sw.knee == 64 and sw.sweet.value == 32  # the guide's own table gives its own sweet spot
+    assert sw.gain(32, 64).value == pytest.approx(480 / 380 * 100 - 100)
+    assert sw.gain(32, 128) is None and sw.nvml(128) is None and sw.get(128, "nvml_util") is None
+    assert sw.scaling() == dict(best=64, knee_90=64, seq_len=128, sweet_spot=[sw.sweet.value, sw.sweet.lo, sw.sweet.hi])
+    table = sw.table()
+    assert table.count("\n") == 1 + len(sw.rows) and "| 128 | out of memory |" in table and "| 45.0% |" in table
+
+
+def test_figures_draw_on_a_cpu_and_on_a_gpu(cpu_lesson, gpu_lesson):
+    import matplotlib.pyplot as plt
+
+    for les in (cpu_lesson, gpu_lesson):
+        M.sweep_figures(_sweep(), les, GPTConfig.smoke(), 8)
+    M.grad_figure({"GPT, float32": dict(rel_diff=1e-7), "CNN with BatchNorm, float32": dict(rel_diff=0.1)})
+    plt.close("all")
+
+
+def test_a_cpu_run_tests_the_numerics_and_says_why_not_for_the_rest(cpu_lesson):
+    les, sw = cpu_lesson, _sweep()
+    assert all(c.verdict == "not tested" and "needs a CUDA GPU" in c.note for c in M.check_scaling(les, sw))
+    assert M.check_batch_8_64(les, _cmp(4, 3.9, 4.1), 8).note.startswith("needs a CUDA GPU")
+    assert M.check_eighty(les, 15, 12, Estimate(0.9, 0.8, 1.0), "").verdict == "not tested"
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 6), torch.randint(3, (16,))
+    lin = grad_accumulation_matches(lambda: torch.nn.Linear(6, 3), x, y, torch.nn.functional.cross_entropy, 4)
+    bn = grad_accumulation_matches(lambda: torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8),
+                                                               torch.nn.Linear(8, 3)),
+                                   x, y, torch.nn.functional.cross_entropy, 4)
+    same, differ = M.check_gradients(les, {"GPT, float32": lin, "GPT, float64": lin, "CNN with BatchNorm, float32": bn})
+    assert same.verdict == differ.verdict == "confirmed" and "float64 gives" in same.note
+    cost = M.check_accumulation(les, Estimate(1.25, 1.2, 1.3), 16, 4, None, None)
+    assert [c.verdict for c in cost] == ["not tested", "not tested"]
+    rest = M.record_the_rest(les, sw, max_fitting=32, b_top=15, mem_top=None, b_acc=8, mem_big=None, mem_acc=None,
+                             seq_len=32)
+    assert all(c.verdict == "not tested" for c in rest) and "training dynamics" in rest[0].note
+    assert not les.pending()
+    data = json.loads(Path(les.save()).read_text())
+    assert len(data["claims"]) == 19 and all(c["quote"] for c in data["claims"])
+
+
+def test_a_gpu_run_judges_every_claim_it_has_the_batches_for(gpu_lesson):
+    les, sw = gpu_lesson, _sweep()
+    util, sweet, mem, util12, speed12, gain = M.check_scaling(les, sw)
+    assert util.verdict == "confirmed" and util.measured == pytest.approx(47)  # 45% -> 92%: 47 points
+    assert "our sequence length 128 tokens" in util.note
+    assert sweet.measured == 32 and mem.verdict == "confirmed" and mem.measured == pytest.approx(45 / 12)
+    assert util12.measured == pytest.approx((53 / 45 - 1) * 100) and "throughput +37.5%" in util12.note
+    # paired rounds: time ratio 0.80 with 16/12 the tokens per call is a 6.7% gain in tokens/s (work-normalised)
+    paired = M.check_scaling(les, sw, _cmp(0.80, 0.79, 0.81, items=(12 * 128, 16 * 128)))[4]
+    assert paired.measured == pytest.approx(0.8 * 16 / 12 * 100 - 100) and "tokens/s" in paired.note
+    assert paired.verdict == "confirmed"
+    assert gain.measured == pytest.approx(480 / 380 * 100 - 100)
+    b864 = M.check_batch_8_64(les, _cmp(4.0, 3.8, 4.2), 64)
+    assert b864.verdict == "confirmed" and "equal work" in b864.note
+    eighty = M.check_eighty(les, 64, 51, Estimate(0.97, 0.96, 0.98), "")
+    assert eighty.verdict == "confirmed" and "tokens/s" in eighty.note
+    slower, memory = M.check_accumulation(les, Estimate(1.25, 1.2, 1.3), 64, 4, 30.0, 10.0)
+    assert slower.verdict == "confirmed" and memory.measured == pytest.approx(3.0)
+    rest = M.record_the_rest(les, sw, max_fitting=100, b_top=85, mem_top=60.0, b_acc=32, mem_big=30.0, mem_acc=10.0,
+                             seq_len=1024)
+    assert rest[0].verdict == "not tested" and all(c.verdict == "not comparable" for c in rest[1:])
+    assert rest[1].measured == 100 and "1024 tokens" in rest[1].note
+    assert rest[2].measured == pytest.approx(120) and "12.0 GB" in rest[2].note
+    assert rest[5].measured == 60.0 and rest[6].measured == pytest.approx(92)
+
+
+def test_a_gpu_run_says_which_batch_or_reading_is_missing(gpu_lesson):
+    les = gpu_lesson
+    sw = _sweep({b: v for b, v in GUIDE.items() if b <= 16}, oom=())
+    util, sweet, mem, *_, gain = M.check_scaling(les, sw)
+    assert util.verdict == mem.verdict == gain.verdict == "not tested"
+    assert util.note.startswith("batch 64 not measured") and gain.note.startswith("batch 32, 64 not measured")
+    assert M.check_batch_8_64(les, _cmp(4, 3.9, 4.1), 16).note == "batch 64 does not fit (largest run: 16)"
+    no_nvml = _sweep({b: (s, g, None) for b, (s, g, _) in GUIDE.items()})
+    assert M.check_scaling(les, no_nvml)[0].note == "not measured on this GPU (NVML or GPM unavailable)"
+    assert M.check_eighty(les, 1, 1, Estimate(1, 1, 1), "").verdict == "not tested"  # 80% of 1 is 1
+    assert M.check_accumulation(les, Estimate(1.25, 1.2, 1.3), 16, 4, None, None)[1].verdict == "not tested"
