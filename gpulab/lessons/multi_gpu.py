@@ -36,10 +36,6 @@ CLAIMS = [
               "guide §1 (Modal)", quote="50-60% MFU is excellent for transformers (communication overhead)"),
     ClaimSpec("deepseek_mfu", "DeepSeek-v3: 20-30% MFU (communication bottleneck)", 20, 30, "%", "000 summary",
               quote="DeepSeek-v3: 20-30% MFU (communication bottleneck)"),
-    ClaimSpec("per_gpu_mfu_ratio", "Communication overhead costs multi-GPU transformer training MFU: 'good' is 40-60% "
-              "against 60-80% single-GPU, so per-GPU MFU on N GPUs is 0.5-0.9x one GPU's", 0.5, 0.9, "x",
-              "guide §1 (typical MFU values); the ratio is our reading", needs=("multi_gpu",),
-              quote="40-60%: Good transformer training (communication overhead normal)"),
     ClaimSpec("global_batch", "8 GPUs x batch 8 with gradient_accumulation_steps 8 gives a global batch of 64", 64,
               64, "samples", "guide §8.2 step 3", evidence="arithmetic",
               quote="8 GPUs × 8 batch × 1 accum = 64 global"),
