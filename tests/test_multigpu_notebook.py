@@ -37,8 +37,11 @@ def test_notebook_10_smoke_through_the_runner(tmp_path, monkeypatch):
     assert len(extra["overlap"]) == world
     names = [e["name"] for e in data["experiments"]]
     assert any(n.startswith("1 -> ") for n in names) and "DDP -> FSDP2 (same model, batch and data)" in names
-    claims = {c["text"]: c for c in data["claims"]}
-    gb = claims["8 GPUs x batch 8 with gradient_accumulation_steps 8 gives a global batch of 64"]
+    assert extra["scaling"]["plausible"] is False and extra["scaling"]["implausible_because"]  # CPU processes
+    assert all(e["kind"] == "demonstration" for e in data["experiments"])  # never a gain
+    claims = {c["key"]: c for c in data["claims"]}
+    assert all(c.get("quote") for c in data["claims"])
+    gb = claims["10.global_batch"]
     assert gb["verdict"] == "refuted" and gb["measured"] == 512
     for c in data["claims"]:
         assert c["verdict"] in {"confirmed", "refuted", "inconclusive", "not comparable", "not tested"}, c

@@ -175,7 +175,7 @@ def test_bad_arguments_are_named(cpu_device):
 
 
 def test_guide_tracker_synchronizes_twice_per_step(monkeypatch):
-    from gpulab.lessons import profile_lab as pl
+    from gpulab import tracker_overhead as pl
 
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -205,7 +205,7 @@ def test_tracked_steps_make_no_sync_on_gpu():
 
 
 def test_paired_overhead_interval_from_paired_differences():
-    from gpulab.lessons.profile_lab import paired_overhead
+    from gpulab.tracker_overhead import paired_overhead
     off = [1.0, 1.2, 0.9, 1.1] * 25  # large drift, shared by each pair
     on = [x * 1.005 for x in off]  # 0.5% slower, exactly
     est = paired_overhead(on, off)
@@ -216,7 +216,7 @@ def test_paired_overhead_interval_from_paired_differences():
 
 
 def test_tracker_overhead_runs_abba_blocks_and_synced_rounds(cpu_device):
-    from gpulab.lessons import profile_lab as pl
+    from gpulab import tracker_overhead as pl
     calls = []
     clock = FakeClock()
 
@@ -284,7 +284,7 @@ def test_output_costs_do_not_widen_the_window(cpu_device):
 
 def test_tracker_overhead_times_blocks_with_events_when_given(cpu_device):
     """With an event factory, each block's time is read from its two events (the GPU's timeline on CUDA)."""
-    from gpulab.lessons import profile_lab as pl
+    from gpulab import tracker_overhead as pl
     clock = FakeClock()
 
     def step():
@@ -302,7 +302,7 @@ def test_tracker_overhead_times_blocks_with_events_when_given(cpu_device):
 def test_tracker_overhead_measures_the_trackers_own_host_time(cpu_device):
     """Each on block records the host time inside tracker.step(): a tracker that costs 0.1 ms per call on a
     10 ms step reads 1% own cost, and the off blocks carry none of it."""
-    from gpulab.lessons import profile_lab as pl
+    from gpulab import tracker_overhead as pl
     clock = FakeClock()
 
     def step():

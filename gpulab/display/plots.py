@@ -207,7 +207,8 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
 def tracker_figure(tracker: Any):
     """A step tracker's live figure: GPU time per step, and MFU (or throughput) with the monitor's readings."""
     rs = tracker.records
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.2), layout="constrained")
+    fig.get_layout_engine().set(wspace=0.08)  # room between the panels for the right one's y-label
     xs = [r.step for r in rs]
     a1.plot(xs, [r.gpu_ms for r in rs], color=AFTER, lw=1)
     a1.set_xlabel("step")
@@ -216,9 +217,11 @@ def tracker_figure(tracker: Any):
     a1.grid(alpha=0.3)
     if any(r.mfu is not None for r in rs):
         a2.plot(xs, [None if r.mfu is None else r.mfu * 100 for r in rs], color=AFTER, lw=1, label="MFU")
-        a2.set_ylabel(f"% ({tracker.peak_name or 'peak'})", fontsize=8)
+        a2.set_ylabel("% of peak", fontsize=9)
+        a2.set_title(f"MFU against {tracker.peak_name or 'the peak'}", fontsize=9)
     elif any(r.items_per_s is not None for r in rs):
         a2.plot(xs, [r.items_per_s for r in rs], color=AFTER, lw=1, label=f"{tracker.item_name}/s")
+        a2.set_ylabel(f"{tracker.item_name}/s", fontsize=9)
     else:
         _no_data(a2, "no FLOPs or items given: only the step time is tracked")
     for metric, color in (("nvml_util", BEFORE), ("gpm_sm_active", REF)):
@@ -231,7 +234,6 @@ def tracker_figure(tracker: Any):
     a2.grid(alpha=0.3)
     last = tracker.log_line(rs[-1]) if rs else ""
     fig.suptitle(last, fontsize=9)
-    fig.tight_layout()
     return fig
 
 
@@ -240,23 +242,30 @@ BREAKDOWN_COLORS = {"kernels": AFTER, "memcpy/memset": "#edae49", "idle: after a
 
 
 def time_breakdown(breakdowns: dict[str, Any], *, title: str = "where each step's GPU time went"):
-    """Stacked bars of `TimeBreakdown`s (label -> breakdown): kernels, copies and idle kinds, ms per step."""
-    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(breakdowns) + 3), 3.6))
+    """Stacked horizontal bars of `TimeBreakdown`s (label -> breakdown): kernels, copies and idle kinds, ms per
+    step. Labels sit on the y-axis, one per row, so long names never overprint; each bar ends in its kernels'
+    share of the timeline."""
     labels = list(breakdowns)
-    bottoms = [0.0] * len(labels)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.55 * max(1, len(labels))), layout="constrained")
+    ys = list(range(len(labels)))[::-1]  # the first label on top
+    lefts = [0.0] * len(labels)
     for cat, color in BREAKDOWN_COLORS.items():
         vals = [breakdowns[k].per_step_ms().get(cat, 0.0) for k in labels]
-        ax.bar(labels, vals, bottom=bottoms, color=color, label=cat)
-        bottoms = [b + v for b, v in zip(bottoms, vals)]
-    for x, (k, total) in enumerate(zip(labels, bottoms)):
-        ax.annotate(f"{breakdowns[k].kernel_fraction:.0%} kernels", (x, total), ha="center", va="bottom", fontsize=8)
-    if not any(bottoms):
+        ax.barh(ys, vals, left=lefts, color=color, label=cat, height=0.6)
+        lefts = [b + v for b, v in zip(lefts, vals)]
+    for y, k, total in zip(ys, labels, lefts):
+        if total:
+            ax.annotate(f" {breakdowns[k].kernel_fraction:.0%} kernels", (total, y), ha="left", va="center",
+                        fontsize=8)
+    if not any(lefts):
         _no_data(ax, "no GPU activity in these traces (no CUDA GPU)")
-    ax.set_ylabel("ms per step")
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_xlabel("ms per step")
+    ax.set_xlim(0, max(lefts + [1e-9]) * 1.18)
     ax.set_title(title)
-    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
+    ax.legend(fontsize=7, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.3 if len(labels) < 4 else -0.15),
+              frameon=False)
+    ax.grid(axis="x", alpha=0.3)
     return fig
 
 

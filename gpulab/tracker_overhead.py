@@ -1,12 +1,8 @@
-"""Notebook 09's workloads: a slow training loop with four problems and its fixes, the guide's §8.4 tracker,
-and the step tracker's overhead measured against no tracker and against the guide's.
+"""What a step tracker costs: a training loop timed with and without it, interleaved, in one run.
 
-The slow loop trains a residual MLP on float features that start on the host, the way a tabular or
-embedding model is fed. Its problems, each switched off by one `LoopConfig` field:
-- `read_every_step`: `loss.item()` every step (a sync that drains the GPU's queue);
-- `pinned`: False copies each batch from pageable memory with a blocking `.to(device)`;
-- `bf16`: False runs the matmuls in FP32 with TF32 off (no tensor cores);
-- `fused`: False uses a hand-written GELU (one kernel per elementwise op) and a per-parameter AdamW loop.
+`tracker_overhead(step, ...)` times gpulab's `track` in ABBA blocks without syncs (CUDA events around each block
+on a GPU) and the guide's §8.4 `GuideTracker`, which synchronizes twice per step, in synced rounds beside rounds
+without a tracker; `paired_overhead` turns paired timings into a percentage with its 95% interval.
 """
 from __future__ import annotations
 
@@ -19,118 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from ..claims import Estimate
-from ..device import synchronize
-from ..workloads import gelu_tanh
+from .claims import Estimate
+from .device import synchronize
 
+__all__ = ["GuideTracker", "TRACKER_MODES", "OverheadResult", "paired_overhead", "tracker_overhead"]
 
-@dataclass(frozen=True)
-class LoopConfig:
-    """Which of the slow loop's habits are on (see the module docstring)."""
-
-    read_every_step: bool = True
-    pinned: bool = False
-    bf16: bool = False
-    fused: bool = False
-
-    def fix(self, **changes: bool) -> LoopConfig:
-        return dataclasses.replace(self, **changes)
-
-
-SLOW = LoopConfig()
-FIXES = (("BF16 autocast (tensor cores)", dict(bf16=True)),
-         ("read the loss every N steps", dict(read_every_step=False)),
-         ("pinned, non-blocking copies", dict(pinned=True)),
-         ("fused GELU and AdamW", dict(fused=True)))  # in the order the evidence points to them
-
-
-class ResidualMLP(nn.Module):
-    """`depth` residual blocks of LayerNorm -> Linear(d, 4d) -> GELU -> Linear(4d, d), then a linear head."""
-
-    def __init__(self, d: int, depth: int, n_out: int = 16):
-        super().__init__()
-        for name, v in (("d", d), ("depth", depth), ("n_out", n_out)):
-            if not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name}={v!r} must be a positive integer")
-        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(depth))
-        self.ups = nn.ModuleList(nn.Linear(d, 4 * d) for _ in range(depth))
-        self.downs = nn.ModuleList(nn.Linear(4 * d, d) for _ in range(depth))
-        self.head = nn.Linear(d, n_out)
-        self.hand_written_gelu = False
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        act = gelu_tanh if self.hand_written_gelu else (lambda t: F.gelu(t, approximate="tanh"))
-        for norm, up, down in zip(self.norms, self.ups, self.downs):
-            x = x + down(act(up(norm(x))))
-        return self.head(x)
-
-    def flops_per_sample(self) -> int:
-        """Training FLOPs per sample: 6 per weight of each matmul (forward 2, backward 4)."""
-        return 6 * sum(m.weight.numel() for m in [*self.ups, *self.downs, self.head])
-
-
-class SlowLoop:
-    """The training loop of notebook 09 with a chosen `LoopConfig`; `fn(steps)` makes a timed call."""
-
-    def __init__(self, model: ResidualMLP, batch: int, config: LoopConfig = SLOW, *, n_batches: int = 4,
-                 device: torch.device | str | None = None, seed: int = 0):
-        if not isinstance(batch, int) or batch <= 0:
-            raise ValueError(f"batch={batch!r} must be a positive integer")
-        self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        self.model, self.batch, self.config = model, batch, config
-        cuda = self.device.type == "cuda"
-        g = torch.Generator().manual_seed(seed)
-        d = model.ups[0].in_features
-        n_out = model.head.out_features
-        pin = config.pinned and cuda  # pin_memory() needs CUDA
-        self.host = [(torch.randn(batch, d, generator=g), torch.randint(0, n_out, (batch,), generator=g))
-                     for _ in range(n_batches)]
-        if pin:
-            self.host = [(x.pin_memory(), y.pin_memory()) for x, y in self.host]
-        model.hand_written_gelu = not config.fused
-        # fused AdamW is one kernel for all parameters (CUDA); foreach=False is a loop of ops per parameter
-        opt_kw = dict(fused=True) if config.fused and cuda else dict(foreach=config.fused)
-        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **opt_kw)
-        self.flops_per_step = model.flops_per_sample() * batch
-        self._i, self.losses = 0, []
-
-    def step(self) -> torch.Tensor:
-        """One step: copy a batch in, forward, loss, backward, optimizer step. Returns the loss (on the device)."""
-        c = self.config
-        x, y = self.host[self._i % len(self.host)]
-        self._i += 1
-        x = x.to(self.device, non_blocking=c.pinned)
-        y = y.to(self.device, non_blocking=c.pinned)
-        self.opt.zero_grad(set_to_none=True)
-        amp = c.bf16 and self.device.type == "cuda"
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=amp):
-            loss = F.cross_entropy(self.model(x), y)
-        loss.backward()
-        self.opt.step()
-        return loss.detach()
-
-    def run(self, steps: int) -> float:
-        """`steps` steps; the slow habit reads the loss every step, the fix once at the end."""
-        prec = "highest" if not self.config.bf16 else "high"  # FP32 without TF32 for the slow loop
-        old = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision(prec)
-        try:
-            total: Any = 0.0
-            for _ in range(steps):
-                loss = self.step()
-                total = total + (loss.item() if self.config.read_every_step else loss)
-            return float(total) / steps
-        finally:
-            torch.set_float32_matmul_precision(old)
-
-    def fn(self, steps: int) -> Callable[[], float]:
-        return lambda: self.run(steps)
-
-
-# -- the guide's tracker and the overhead experiment ----------------------------------------------------
 
 class GuideTracker:
     """The guide's §8.4 PerformanceTracker as written: synchronize and read the host clock around each step."""
@@ -350,27 +240,3 @@ def _guide_rounds(step: Callable[[], Any], round_steps: int, rounds: int, flops_
         if guided and peak:
             mfus.append(m["mfu_percent"] / 100)
     return times, mfus
-
-
-# -- the tools on the case study's final loop ------------------------------------------------------------
-
-def case_study_trainer(*, small: bool, device: Any = None) -> Any:
-    """Notebook 08's final training loop (its GPT, BF16 weights, fused AdamW, cuDNN/flash attention, the fused
-    loss, DataLoader workers, torch.compile), as an open `training.Trainer`; a tiny GPT without compile when
-    `small`. Close it when done."""
-    from .. import training as T
-    from ..device import get_device
-    from ..training import optimised_config
-    from ..workloads import ByteTokenizer, GPTConfig, build_text_corpus
-
-    dev = device or get_device()
-    if small:
-        model = GPTConfig(vocab_size=300, n_layer=2, n_head=2, n_embd=64, block_size=64)
-        cfg = optimised_config(model, batch_size=4, grad_accum=2, num_workers=0, compile=False, device=dev)
-        text = build_text_corpus(300_000)
-    else:
-        model = GPTConfig(**T.CASE_STUDY_MODEL)
-        cfg = optimised_config(model, **T.CASE_STUDY_BATCH, compile=dev.is_cuda, device=dev)
-        text = build_text_corpus(4_000_000)
-    tokens = ByteTokenizer(model.vocab_size).encode(text, dtype=torch.uint8)
-    return T.Trainer(cfg, tokens, dev.torch_device)
