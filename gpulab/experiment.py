@@ -246,6 +246,7 @@ class Comparison:
         return f"{s}, noisy ({why})" if self.noisy else s
 
     def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: both sides, the time speedup's interval and the headline (work-normalised) ratio."""
         est, h = self.estimate(), self.headline()
         return {"name": self.name, "kind": self.kind, "before": self.before.to_dict(), "after": self.after.to_dict(),
                 "speedup": self.speedup, "speedup_interval": [est.lo, est.hi], "within_noise": self.within_noise,
