@@ -10,8 +10,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted(ROOT.glob("data/reference/*/html/*.html"))
 
 
-@pytest.mark.xfail(reason="the committed pages were exported before html_export removed the noise; they pass once "
-                          "re-exported from the GPU run (gpulab run --html)", strict=False)
 @pytest.mark.parametrize("page", PAGES, ids=[f"{p.parent.parent.name}/{p.name}" for p in PAGES])
 def test_reference_page_has_no_noise(page):
     found = noise(page.read_text(errors="replace"))
