@@ -135,3 +135,18 @@ def test_update_readme_needs_one_marker_pair(tmp_path):
     with pytest.raises(ValueError, match="reference-summary"):
         course.update_readme(readme, "data/reference/nvidia-h100-80gb-hbm3")
     assert readme.read_text() == "# x\n\nno markers\n"  # untouched
+
+
+def test_a_timeline_panel_with_too_few_samples_shows_means_not_a_line():
+    """GPM reads once a second: a 2-second window gives 2 points, which a line would present as a trend."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from gpulab.display import plots
+    from gpulab.monitor import Trace
+
+    many = Trace(series={"nvml_util": [(i / 10, 50.0 + i) for i in range(20)], "gpm_sm_active": [(0.5, 40.0), (1.5, 60.0)]})
+    fig = plots.timeline(("loop", many), metrics=("nvml_util", "gpm_sm_active"))
+    nvml, gpm = fig.axes
+    assert len(nvml.lines) == 1 and not nvml.texts
+    assert not gpm.lines and "2 samples" in gpm.texts[0].get_text() and "loop: 50" in gpm.texts[0].get_text()

@@ -7,9 +7,10 @@ import matplotlib.pyplot as plt
 
 from ..experiment import Comparison
 from ..monitor import METRICS, Trace
-from ..text import si
+from ..text import si, sig
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
+MIN_TIMELINE_POINTS = 4  # fewer samples in every series of a panel: show their means, not a line
 
 
 def _cmp(c: Comparison | dict[str, Any]) -> Comparison:
@@ -34,22 +35,30 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
     fig, axes = plt.subplots(len(metrics), 1, figsize=(9, 2.1 * len(metrics)), sharex=True, squeeze=False)
     for ax, metric in zip(axes[:, 0], metrics):
         drew = False
-        for label, tr, color in series:
+        counts = [len(tr.series.get(metric, [])) for _, tr, _ in series if tr and tr.series.get(metric)]
+        if counts and max(counts) < MIN_TIMELINE_POINTS:  # a line through 1-3 points is not a timeline
+            means = "; ".join(f"{label}: {sig(sum(v for _, v in tr.series[metric]) / len(tr.series[metric]))}"
+                              for label, tr, _ in series if tr and tr.series.get(metric))
+            _no_data(ax, f"{max(counts)} sample{'s' if max(counts) != 1 else ''} in this window, too few for a "
+                         f"curve (GPM reads once a second); mean: {means}")
+            counts = []
+        for label, tr, color in series if counts else ():
             pts = tr.series.get(metric, []) if tr else []
             if pts:
                 xs, ys = zip(*pts)
                 kw = {"drawstyle": "steps-post"} if metric.startswith("nvml") else {"marker": "o"}
                 ax.plot(xs, ys, label=label, color=color, **kw)
                 drew = True
-        if not drew:
+        if not drew and not ax.texts:
             why = next((tr.available.get(metric) for _, tr, _ in series if tr and metric in tr.available), None)
             _no_data(ax, f"{METRICS.get(metric, metric)}: {why or 'not recorded'}")
         ax.set_ylabel(METRICS.get(metric, metric).replace(" (", "\n("), fontsize=8)
         if metric not in ("mem_used_gb", "power_w", "sm_clock_mhz"):
             ax.set_ylim(-3, 105)
         ax.grid(alpha=0.3)
-    if axes[0, 0].get_legend_handles_labels()[0]:
-        axes[0, 0].legend(loc="lower right", fontsize=8)
+    with_lines = [ax for ax in axes[:, 0] if ax.get_legend_handles_labels()[0]]
+    if with_lines:
+        with_lines[0].legend(loc="lower right", fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the monitor started")
     fig.suptitle(title or "utilization timeline")
     fig.tight_layout()
