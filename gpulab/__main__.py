@@ -99,7 +99,10 @@ def _summary(args: argparse.Namespace) -> int:
                          "<run folder>/results/<gpu>/")
     compare = check_reference_dir(args.compare)
     out = check_out_dir(args.out) if args.out is not None else folder
-    if args.readme:  # refuse a smoke or CPU run before writing anything
+    if args.readme:  # refuse a smoke or CPU run, or a README without the section, before writing anything
+        if not args.readme.is_file() or "<!-- reference-summary -->" not in args.readme.read_text(errors="replace"):
+            raise ValueError(f"--readme {args.readme}: not a README with a reference section (a file holding "
+                             "<!-- reference-summary --> ... <!-- /reference-summary -->)")
         from .app.summary import check_reference_results, collect
         check_reference_results(collect(folder)[0], folder)
     md, png = write_summary(folder, out, compare=compare)

@@ -195,3 +195,13 @@ def test_the_reference_view_matches_claims_on_their_key():
     ref["claims"][0].update(key="01.bf16", verdict="refuted", measured=1.5)
     rows = [r for r in ReferenceView(mine, ref).rows() if r[0].startswith("claim:")]
     assert rows == [("claim: BF16 autocast is 2-3x faster (reworded)", "confirmed (2 x)", "refuted (1.5 x)")]
+
+
+def test_readme_without_a_reference_section_is_refused_before_writing(tmp_path, capsys):
+    from gpulab.__main__ import main
+
+    make_result("01_measuring", smoke=False).save(tmp_path)
+    folder = tmp_path / "nvidia-h100-80gb-hbm3"
+    assert main(["summary", str(folder), "--readme", str(tmp_path / "missing.md")]) == 2
+    assert "not a README with a reference section" in capsys.readouterr().err
+    assert not (folder / "summary.md").exists()
