@@ -1,24 +1,24 @@
 """One call at the top of a lesson notebook: the device, its sizes, the result object, the reference, and the
 section's claims declared as data.
 
-    lesson = gl.lesson("01_measuring", globals(),
-                       full=dict(BIG_N=4096, MIN_TIME_S=1.0), smoke=dict(BIG_N=64, MIN_TIME_S=0.05),
-                       claims=[dict(key="mfu", text="40-60% MFU: good transformer training", low=40, high=60,
-                                    unit="%", source="guide §1", needs=("cuda",))])
+    lesson = gl.lesson("07_mixed_precision", globals(), claims=M.CLAIMS)   # a course notebook: sizes from its schema
+    lesson = gl.lesson("my_notebook", globals(), full=dict(BATCH=64), smoke=dict(BATCH=4),   # a notebook of yours
+                       claims=[dict(key="mfu", text="40-60% MFU", quote="40-60% MFU: good transformer training",
+                                    low=40, high=60, unit="%", source="guide §1", needs=("cuda",))])
     dev, res = lesson.device, lesson.result
     ...
     lesson.check("mfu", comparison)          # "not tested: needs a CUDA GPU" comes from `needs`, in one place
     lesson.save()
 
-Sizes: a parameter left at None takes the full size on a CUDA GPU, the smoke size with SMOKE=True or without a
-GPU, and is written back into the notebook's namespace. The result JSON records `smoke` as the sizes actually
-used, however the notebook was started (papermill, Jupyter, a script).
+Sizes: a parameter left at None takes the full size on a CUDA GPU and the smoke size with SMOKE=True or without a
+GPU, and is written back into the notebook's namespace; a value the reader set is kept as given. The result JSON
+records the sizes used, which of them the reader gave, and whether this was a smoke run.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable
 
 from .claims import Claim
 from .device import DeviceInfo, get_device
@@ -165,34 +165,6 @@ class Lesson:
     def gpu(self) -> bool:
         """True on a CUDA GPU."""
         return self.device.is_cuda
-
-    def use_smoke_sizes(self, ns: dict[str, Any], sizes: Mapping[str, Any], *, min_time_s: float | None = None,
-                        min_time_keys: Sequence[str] = ()) -> None:
-        """At smoke scale (SMOKE=True, or no CUDA GPU) put `sizes` into the notebook's namespace `ns`.
-
-        With `min_time_s`, MIN_TIME_S becomes it unless the reader set one, and each of `min_time_keys` (a longer
-        timing of one section) follows MIN_TIME_S. On a CPU torch runs one thread: tiny ops on several threads
-        only add synchronization, and noise on a busy machine. At full scale nothing changes.
-        """
-        if not self.small:
-            return
-        ns.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in sizes.items()})
-        if min_time_s is not None:
-            ns["MIN_TIME_S"] = ns.get("MIN_TIME_S") or min_time_s
-            ns.update({k: ns["MIN_TIME_S"] for k in min_time_keys})
-        if not self.gpu:
-            import torch
-
-            torch.set_num_threads(1)
-
-    def record_sizes(self, ns: Mapping[str, Any], keys: Sequence[str], *, lower: bool = False,
-                     extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Record the sizes this run used: `keys` of the namespace in the lesson's sizes, and in the result's params
-        (lower-cased if `lower`, as older result files have them) with `extra`; returns those params."""
-        self.sizes.update({k: ns.get(k) for k in keys})
-        params = {(k.lower() if lower else k): ns.get(k) for k in keys} | dict(extra or {})
-        self.result.params.update(params)
-        return params
 
     def _availability(self, metric: str, reason: str) -> str | None:
         if not self.device.is_cuda:

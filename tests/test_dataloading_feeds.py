@@ -12,9 +12,19 @@ from gpulab.flops import transformer_flops_per_token
 from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset
 
 
+_EARLIER: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before():
+    """Processes other tests left running (a notebook's kernel shutting down) are not this test's workers."""
+    _EARLIER.clear()
+    _EARLIER.update(p.pid for p in psutil.Process().children(recursive=True))
+
+
 def _no_live_children():
     return [p for p in psutil.Process().children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+            if p.pid not in _EARLIER and p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
 
 
 def test_worker_counts_include_half_and_all_cores():

@@ -64,24 +64,6 @@ def test_every_need_answers_on_cpu():
     assert les.missing("cuda") and les.missing("full")
 
 
-def test_smoke_sizes_reach_the_namespace_only_at_smoke_scale_and_are_recorded():
-    ns = {"SMOKE": True, "BATCH": 64, "MIN_TIME_S": None, "LOOP_MIN_TIME_S": 3.0, "MODEL": {"n": 8}}
-    lesson = gl.lesson("01_measuring", ns, full={})
-    small = {"BATCH": 2, "MODEL": {"n": 1}}
-    lesson.use_smoke_sizes(ns, small, min_time_s=0.05, min_time_keys=("LOOP_MIN_TIME_S",))
-    assert ns["BATCH"] == 2 and ns["MIN_TIME_S"] == 0.05 and ns["LOOP_MIN_TIME_S"] == 0.05
-    assert ns["MODEL"] == {"n": 1} and ns["MODEL"] is not small["MODEL"]  # a copy: the table stays as declared
-    params = lesson.record_sizes(ns, ("BATCH", "MIN_TIME_S"), lower=True, extra={"cores": 2})
-    assert params == {"batch": 2, "min_time_s": 0.05, "cores": 2}
-    assert lesson.sizes["BATCH"] == 2 and lesson.result.params["batch"] == 2
-
-    full = {"SMOKE": False, "BATCH": 64, "MIN_TIME_S": None}
-    big = gl.lesson("01_measuring", full, full={})
-    big.small = False  # as on a CUDA GPU at full size
-    big.use_smoke_sizes(full, small, min_time_s=0.05)
-    assert full["BATCH"] == 64 and full["MIN_TIME_S"] is None
-
-
 def test_the_section_clock_times_each_section_from_the_last_lap_or_mark():
     from gpulab.lesson import SectionClock
 
