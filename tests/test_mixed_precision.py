@@ -13,6 +13,7 @@ from gpulab.claims import Estimate
 from gpulab.device import DeviceInfo
 from gpulab.lessons import mixed_precision as M
 from gpulab.params import SCHEMAS
+from gpulab.training import loss_gap_estimate
 from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
@@ -88,14 +89,14 @@ def test_tf32_matmul_on_a_gpu(gpu_lesson):
 
 def test_loss_gap_tolerance_and_final_loss():
     ref = [4.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
-    gap = M.loss_gap([x * 1.1 for x in ref], ref)
+    gap = loss_gap_estimate([x * 1.1 for x in ref], ref)
     assert gap.value == pytest.approx(10.0) and gap.lo <= gap.value <= gap.hi
-    assert M.loss_gap([x * 0.9 for x in ref], ref).value == pytest.approx(-10.0)
+    assert loss_gap_estimate([x * 0.9 for x in ref], ref).value == pytest.approx(-10.0)
     assert M.final_loss(ref) == 2.0
     assert M.tolerance(ref, [x * 1.05 for x in ref]) == (pytest.approx(5.0), pytest.approx(5.0))
     assert M.tolerance(ref, ref)[0] == 2.0
     with pytest.raises(ValueError):
-        M.loss_gap([1.0], ref)
+        loss_gap_estimate([1.0], ref)
 
 
 def test_convergence_band_is_the_tolerance_and_a_skipped_mode_says_why(cpu_lesson):

@@ -12,8 +12,7 @@ import torch
 
 from ..claims import Claim, Estimate
 from ..text import pct, ratio, si
-from ..timing import quantiles
-from ..training import Table, format_info, effective_mantissa_bits, smooth
+from ..training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
 
 TENSOR_CORES = ("cuda", "bf16")  # a CUDA GPU with TF32 and BF16 tensor cores: compute capability 8.0 or newer
 RTX = "002 is a Gemma-1B fine-tune on an RTX 3090 (TF32 peak = FP32 peak there): another model and GPU"
@@ -141,21 +140,6 @@ def check_tf32_matmul(lesson: Any, cmp: Any, ratios: dict[str, Any]) -> list[Cla
 
 
 
-def loss_gap(losses: list[float], reference: list[float], min_spread_steps: int = 5) -> Estimate:
-    """Signed % gap of a run's final loss (mean of the last 10% of steps) to a reference run's on the same batches;
-    the interval is the quartiles of the step-by-step gaps over the last max(10%, `min_spread_steps`) steps."""
-    if not losses or len(losses) != len(reference):
-        raise ValueError(f"losses ({len(losses)}) and reference ({len(reference)}) must be non-empty and equally long")
-    k = max(1, len(losses) // 10)
-    n = min(len(losses), max(k, min_spread_steps))
-    a, b = losses[-n:], reference[-n:]
-    if not all(math.isfinite(x) for x in a + b) or min(b) <= 0:
-        raise ValueError("losses must be finite and the reference losses positive")
-    value = (statistics.fmean(a[-k:]) / statistics.fmean(b[-k:]) - 1) * 100
-    q1, _, q3 = quantiles([(x / y - 1) * 100 for x, y in zip(a, b)])
-    return Estimate(value, min(q1, value), max(q3, value))
-
-
 def final_loss(losses: list[float]) -> float:
     """Mean loss of the last 10% of steps (at least one)."""
     return statistics.fmean(losses[-max(1, len(losses) // 10):])
@@ -178,7 +162,7 @@ def check_convergence(lesson: Any, losses: dict[str, list[float]], tol: float, s
         band = dict(low=tol) if spec.high is None else dict(low=-tol, high=tol)
         claim = dataclasses.replace(spec, **band).new(lesson.name)
         if mode in losses:
-            claim.check(loss_gap(losses[mode], losses["fp32"]), measurement=f"loss_gap_{mode}",
+            claim.check(loss_gap_estimate(losses[mode], losses["fp32"]), measurement=f"loss_gap_{mode}",
                         note=f"{len(losses['fp32'])} steps, same batches; tolerance ±max(2%, FP32's seed gap)")
         else:
             claim.untestable(skipped.get(mode, "mode not run"))
