@@ -150,3 +150,18 @@ def test_a_timeline_panel_with_too_few_samples_shows_means_not_a_line():
     nvml, gpm = fig.axes
     assert len(nvml.lines) == 1 and not nvml.texts
     assert not gpm.lines and "2 samples" in gpm.texts[0].get_text() and "loop: 50" in gpm.texts[0].get_text()
+
+
+def test_mfu_bars_draw_a_shared_before_side_once():
+    """Every fix of notebook 09 is measured against the same slow loop: one bar for it, not one per fix."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from gpulab.display import plots
+
+    a = make_result().experiments[0]
+    b = make_result().experiments[0]
+    b.name, b.after.label = "another fix", "fixed another way"
+    fig = plots.mfu(a, b, title="fixes")
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(labels) == 3 and len(set(labels)) == 3, labels

@@ -84,7 +84,9 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, 
             ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
                         ha="center", va="bottom", fontsize=8, color="#555")
         ax.legend(fontsize=8)
-    ax.set_xticks(list(xs), labels, rotation=20 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center")
+    many = len(labels) > 4 or max((len(t) for t in labels), default=0) > 18
+    ax.set_xticks(list(xs), labels, rotation=25 if many else 0, ha="right" if many else "center",
+                  rotation_mode="anchor" if many else "default", fontsize=8 if many else None)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
@@ -93,24 +95,26 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, 
 
 
 def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", reference: Iterable | None = None):
-    """MFU (datasheet peak) of each side of each comparison; with `reference`, the reference GPU's beside."""
+    """MFU (datasheet peak) of each side of each comparison; with `reference`, the reference GPU's beside.
+
+    A side that several comparisons share (every fix measured against the same slow loop) is drawn once, and a
+    bar is labelled by its side alone unless two different bars would then read the same."""
     cs = [_cmp(c) for c in comparisons]
-    labels, vals = [], []
+    rs = {r.name: r for r in (_cmp(c) for c in reference)} if reference is not None else None
+    entries: list[tuple[str, str, float | None, float | None, str]] = []  # (side, comparison, ours, ref, colour)
     for c in cs:
-        for side in (c.before, c.after):
-            labels.append(f"{c.name}\n{side.label}" if len(cs) > 1 else side.label)
-            vals.append(None if side.mfu is None else side.mfu * 100)
-    ref_vals = None
-    if reference is not None:
-        rs = {r.name: r for r in (_cmp(c) for c in reference)}
-        ref_vals = []
-        for c in cs:
-            r = rs.get(c.name)
-            for side in ("before", "after"):
-                rv = getattr(r, side).mfu if r else None
-                ref_vals.append(None if rv is None else rv * 100)
-    colors = [BEFORE, AFTER] * len(cs)
-    fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=colors, ref=ref_vals)
+        for side, color in (("before", BEFORE), ("after", AFTER)):
+            run = getattr(c, side)
+            ours = None if run.mfu is None else run.mfu * 100
+            if any(e[0] == run.label and e[2] == ours for e in entries):
+                continue  # the same run, already drawn
+            r = getattr(rs.get(c.name), side, None) if rs is not None else None
+            entries.append((run.label, c.name, ours, None if r is None or r.mfu is None else r.mfu * 100, color))
+    names = [e[0] for e in entries]
+    labels = [e[0] if names.count(e[0]) == 1 or len(cs) == 1 else f"{e[1]}: {e[0]}" for e in entries]
+    vals = [e[2] for e in entries]
+    fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=[e[4] for e in entries],
+               ref=[e[3] for e in entries] if rs is not None else None)
     if all(v is None for v in vals):
         _no_data(fig.axes[0], "no MFU here: no datasheet peak (CPU or unknown GPU)")
     return fig
