@@ -235,21 +235,12 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
         torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     sched = torch.profiler.schedule(wait=wait, warmup=profiler_warmup, active=steps, repeat=1)
-    with warnings.catch_warnings(), torch.profiler.profile(activities=acts, schedule=sched) as prof:
-        # torch warns that a schedule's cycle clears its events; we read them before the cycle ends (see below)
+    with warnings.catch_warnings():
+        # torch warns, as the profiler starts, that a schedule's cycle clears its events; we read them before the
+        # cycle ends (see below), so the filter must be in place before the profiler is entered
         warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
-        for i in range(wait + profiler_warmup + steps):
-            if i >= wait + profiler_warmup:
-                with nvtx_range(STEP_RANGE):
-                    fn()
-            else:
-                fn()
-            if cuda and i < wait + profiler_warmup:
-                torch.cuda.synchronize()  # unkept steps end before the kept ones begin
-            if cuda and i == wait + profiler_warmup + steps - 1:
-                torch.cuda.synchronize()  # the last kept kernels land inside the recorded window
-            if i < wait + profiler_warmup + steps - 1:
-                prof.step()  # not after the last: that would close the cycle and clear its events
+        with torch.profiler.profile(activities=acts, schedule=sched) as prof:
+            _profiled_steps(prof, fn, wait + profiler_warmup, steps, cuda)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
         summary = summarize_events(prof.events(), steps=steps, cuda=cuda, top=top)
@@ -280,3 +271,19 @@ def find_syncs(fn: Callable[[], Any]) -> list[str] | None:
             torch.cuda.set_sync_debug_mode(old)
     msgs = [str(w.message).splitlines()[0][:160] for w in caught]
     return [m for m in msgs if "synchroniz" in m.lower() and "prototype" not in m.lower()]
+
+
+def _profiled_steps(prof: Any, fn: Callable[[], Any], unkept: int, steps: int, cuda: bool) -> None:
+    """Run `unkept` steps the schedule discards, then `steps` kept ones, each kept step inside an NVTX range."""
+    for i in range(unkept + steps):
+        if i >= unkept:
+            with nvtx_range(STEP_RANGE):
+                fn()
+        else:
+            fn()
+        if cuda and i < unkept:
+            torch.cuda.synchronize()  # unkept steps end before the kept ones begin
+        if cuda and i == unkept + steps - 1:
+            torch.cuda.synchronize()  # the last kept kernels land inside the recorded window
+        if i < unkept + steps - 1:
+            prof.step()  # not after the last: that would close the cycle and clear its events

@@ -204,3 +204,18 @@ def test_step_memory_by_category():
     assert at["parameters"] == n_bytes
     assert 2 * n_bytes <= at["optimizer state"] <= 2 * n_bytes + 256  # exp_avg, exp_avg_sq and a step count each
     assert p.peak_bytes >= 4 * n_bytes and p.peak_ms is not None
+
+
+def test_profile_shows_no_cycle_warning_a_reader_cannot_act_on():
+    """torch warns as a scheduled profiler starts that each cycle clears its events; gl.profile reads them in time."""
+    import warnings
+
+    import torch
+
+    import gpulab as gl
+
+    m, x = torch.nn.Linear(16, 16), torch.randn(4, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gl.profile(lambda: m(x).sum().backward(), steps=2)
+    assert not [w for w in caught if "clears events" in str(w.message)]
