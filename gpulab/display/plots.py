@@ -18,7 +18,7 @@ def _cmp(c: Comparison | dict[str, Any]) -> Comparison:
 
 
 def _no_data(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True)
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True, fontsize=9)
 
 
 def timeline(*items: Comparison | dict | tuple[str, Trace],
@@ -39,8 +39,8 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
         if counts and max(counts) < MIN_TIMELINE_POINTS:  # a line through 1-3 points is not a timeline
             means = "; ".join(f"{label}: {sig(sum(v for _, v in tr.series[metric]) / len(tr.series[metric]))}"
                               for label, tr, _ in series if tr and tr.series.get(metric))
-            _no_data(ax, f"{max(counts)} sample{'s' if max(counts) != 1 else ''} in this window, too few for a "
-                         f"curve (GPM reads once a second); mean: {means}")
+            _no_data(ax, f"{max(counts)} sample{'s' if max(counts) != 1 else ''} in this window: too few for a curve "
+                         f"(GPM reads once a second)\nmean over the window: {means}")
             counts = []
         for label, tr, color in series if counts else ():
             pts = tr.series.get(metric, []) if tr else []
