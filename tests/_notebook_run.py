@@ -65,3 +65,6 @@ def check_table_before_try_this(executed: dict, title: str) -> None:
              if title in "".join(o.get("data", {}).get("text/html", ""))]
     try_this = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "## Try this" in "".join(c["source"])]
     assert table and try_this and table[0] < try_this[-1]
+
+# The guide the claims quote: its text files beside the checkout (../shared/guide); tests that read it skip without it.
+GUIDE = NOTEBOOKS.parent.parent / "shared" / "guide"

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,7 @@ from gpulab.monitor import Trace
 from gpulab.results import NotebookResult
 from gpulab.workloads import GPTConfig
 
-GUIDE = Path("/work/shared/guide")
+from _notebook_run import GUIDE  # noqa: E402
 
 # The full-size run's params as gl.lesson records them (upper case) and an older reference's (lower case).
 OURS = dict(N_LAYER=12, N_HEAD=12, N_EMBD=1536, SEQ_LEN=1024, VOCAB_SIZE=50257, NAIVE_BATCH=8, BATCH_SIZE=32,

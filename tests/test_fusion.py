@@ -2,7 +2,6 @@
 its no-compiler path, the compile-modes ratios; and a reader's -p value surviving a smoke run."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,9 +9,7 @@ import torch
 from gpulab.lesson import lesson
 from gpulab.lessons import fusion as F3
 
-_HERE = Path(__file__).resolve()
-GUIDE = next((p / "shared" / "guide" for p in _HERE.parents[1:4] if (p / "shared" / "guide").is_dir()),
-             _HERE.parents[2] / "shared" / "guide")  # the guide beside the checkout (or a worktree's parent's)
+from _notebook_run import GUIDE  # noqa: E402
 
 
 def test_claims_have_stable_keys_quotes_and_sources():

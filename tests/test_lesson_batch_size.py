@@ -16,6 +16,7 @@ from gpulab.lesson import _as_spec
 from gpulab.lessons import batch_size as M
 from gpulab.workloads import GPTConfig
 from _notebook_run import parameters_cell
+from _notebook_run import GUIDE as GUIDE_TEXTS
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +87,7 @@ def test_claims_quote_the_guide_and_keep_the_contracts_texts():
     assert sorted(s.text for s in specs) == sorted(contract["claims"])
     numerics = {s.key for s in specs if not s.needs}
     assert numerics == {"grads_same", "batchnorm", "convergence"}
-    guide = ROOT.parent / "shared" / "guide"
+    guide = GUIDE_TEXTS
     texts = [p.read_text(errors="replace") for p in guide.glob("0*.txt")] if guide.is_dir() else []
     for s in specs:
         assert s.quote and s.source, s.key

@@ -16,6 +16,7 @@ from gpulab.lesson import _as_spec
 from gpulab import dataloading as dl
 from gpulab.lessons import data_overlap as L
 from _notebook_run import parameters_cell
+from _notebook_run import GUIDE
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,7 +250,7 @@ def test_the_case_studys_45_to_8_ms_is_not_comparable_anywhere(gpu_lesson):
 
 
 def test_every_claim_quotes_the_guide_verbatim():
-    guide = ROOT.parent / "shared" / "guide"
+    guide = GUIDE
     texts = [p.read_text(errors="replace") for p in guide.glob("0*.txt")] if guide.is_dir() else []
     for spec in map(_as_spec, L.CLAIMS):
         assert spec.quote and spec.source, spec.key

@@ -19,7 +19,7 @@ from _notebook_run import parameters_cell
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "07_mixed_precision"
-GUIDE = ROOT.parent / "shared" / "guide"
+from _notebook_run import GUIDE  # noqa: E402
 
 
 def _lesson(device, smoke=True):

@@ -2,7 +2,6 @@
 timings' estimates, the per-side trace table; the CUDA-only helpers say so on a CPU."""
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,9 +11,7 @@ from gpulab.claims import Estimate
 from gpulab.lesson import lesson
 from gpulab.lessons import sync_points as SP
 
-_HERE = Path(__file__).resolve()
-GUIDE = next((p / "shared" / "guide" for p in _HERE.parents[1:4] if (p / "shared" / "guide").is_dir()),
-             _HERE.parents[2] / "shared" / "guide")
+from _notebook_run import GUIDE  # noqa: E402
 
 
 def test_claims_have_stable_keys_quotes_and_sources():
