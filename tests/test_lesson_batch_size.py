@@ -16,7 +16,6 @@ from gpulab.lesson import _as_spec
 from gpulab.lessons import batch_size as M
 from gpulab.workloads import GPTConfig
 from _notebook_run import parameters_cell
-from _notebook_run import GUIDE as GUIDE_TEXTS
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,12 +86,8 @@ def test_claims_quote_the_guide_and_keep_the_contracts_texts():
     assert sorted(s.text for s in specs) == sorted(contract["claims"])
     numerics = {s.key for s in specs if not s.needs}
     assert numerics == {"grads_same", "batchnorm", "convergence"}
-    guide = GUIDE_TEXTS
-    texts = [p.read_text(errors="replace") for p in guide.glob("0*.txt")] if guide.is_dir() else []
-    for s in specs:
+    for s in specs:  # verbatim in the guide: tests/test_technique_in_cells.py, for every lesson
         assert s.quote and s.source, s.key
-        if texts:
-            assert any(s.quote in t for t in texts), f"{s.key}: quote not found in the guide"
 
 
 def test_sizes_come_from_the_schema(cpu_device):

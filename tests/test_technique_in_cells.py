@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from _notebook_run import GUIDE
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 LESSONS = ROOT / "gpulab" / "lessons"
@@ -98,15 +100,35 @@ def test_one_size_convention():
                 assert value is None, f"{path.stem}: {name} = {value!r}; a sized parameter is None in the cell"
 
 
-def test_every_course_claim_quotes_its_source():
-    """Each declared claim carries the source's words verbatim (`quote`) and where they come from (`source`)."""
+def _course_claims():
+    """(lesson module, key, quote, source) of every claim declared in gpulab/lessons."""
     import importlib
 
     for p in sorted(LESSONS.glob("*.py")):
         if p.stem == "__init__":
             continue
-        mod = importlib.import_module(f"gpulab.lessons.{p.stem}")
-        for spec in getattr(mod, "CLAIMS", ()):
-            spec = spec if not isinstance(spec, dict) else type("S", (), spec)
-            assert getattr(spec, "quote", ""), f"{p.stem}: claim {getattr(spec, 'key', '?')} has no quote"
-            assert getattr(spec, "source", ""), f"{p.stem}: claim {getattr(spec, 'key', '?')} has no source"
+        for spec in getattr(importlib.import_module(f"gpulab.lessons.{p.stem}"), "CLAIMS", ()):
+            get = spec.get if isinstance(spec, dict) else lambda k, s=spec: getattr(s, k, "")
+            yield p.stem, get("key"), get("quote"), get("source")
+
+
+def test_every_course_claim_quotes_its_source():
+    """Each declared claim carries the source's words verbatim (`quote`) and where they come from (`source`)."""
+    for module, key, quote, source in _course_claims():
+        assert quote, f"{module}: claim {key} has no quote"
+        assert source, f"{module}: claim {key} has no source"
+
+
+@pytest.mark.skipif(not GUIDE.is_dir(), reason="the guide's text is not next to this checkout")
+def test_every_quote_stands_verbatim_in_the_document_it_names():
+    """A claim's quote is the named document's words (spacing aside): "guide §7.3" is 001, "002 review" is 002;
+    a claim of the course's own ("course check") quotes no document."""
+    squash = lambda t: " ".join(t.split())  # noqa: E731
+    docs = {p.name[:3]: squash(p.read_text(errors="replace")) for p in GUIDE.glob("00*.txt")}
+    for module, key, quote, source in _course_claims():
+        named = re.search(r"\b00\d\b", source)  # "002 review", "guide summary (000)"; else "guide §7.3" is 001
+        doc = named.group() if named else {"guide": "001"}.get(source.split()[0], source.split()[0])
+        if doc in docs:
+            assert squash(quote) in docs[doc], f"{module}: claim {key}'s quote is not in {doc}: {quote!r}"
+        else:
+            assert doc == "course", f"{module}: claim {key} names an unknown source {source!r}"
