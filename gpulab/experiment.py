@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -140,16 +139,6 @@ def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
     return Speedup(before.label, after.label, ratio, within, lo, hi, noisy=noisy and not within)
 
 
-def _pct(x: float | None, scale: float = 100.0) -> str:
-    """A share for a reader, three significant figures ('47.3%'); 'n/a' for None or NaN."""
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else pct(x, scale)
-
-
-def _num(x: float | None) -> str:
-    """A count or rate for a reader: three significant figures with an SI prefix ('41.0 k'); 'n/a' for None."""
-    return "n/a" if x is None else si(x)
-
-
 @dataclass
 class Comparison:
     """A before/after experiment: both runs, the speedup and whether it is outside the noise."""
@@ -274,24 +263,24 @@ class Comparison:
         rows = [("time per call", f"{fmt_time(b.seconds)} ± {fmt_time(b.measurement.iqr)}",
                  f"{fmt_time(a.seconds)} ± {fmt_time(a.measurement.iqr)}")]
         if b.throughput or a.throughput:
-            rows.append((f"{b.item_name}/s", _num(b.throughput), _num(a.throughput)))
+            rows.append((f"{b.item_name}/s", si(b.throughput), si(a.throughput)))
         if b.flops or a.flops:
-            rows.append(("FLOP/s", _num(None if b.tflops is None else b.tflops * 1e12),
-                         _num(None if a.tflops is None else a.tflops * 1e12)))
-            rows.append((self.mfu_label(), _pct(b.mfu), _pct(a.mfu)))
+            rows.append(("FLOP/s", si(None if b.tflops is None else b.tflops * 1e12),
+                         si(None if a.tflops is None else a.tflops * 1e12)))
+            rows.append((self.mfu_label(), pct(b.mfu), pct(a.mfu)))
             if b.measured_peak_tflops or a.measured_peak_tflops:
-                rows.append(("MFU (measured peak)", _pct(b.mfu_measured_peak), _pct(a.mfu_measured_peak)))
+                rows.append(("MFU (measured peak)", pct(b.mfu_measured_peak), pct(a.mfu_measured_peak)))
         for metric, label in (("nvml_util", "GPU busy, NVML"), ("gpm_sm_active", "SM active, GPM"),
                               ("gpm_tensor_active", "tensor active, GPM")):
             bv, av = b.metric(metric), a.metric(metric)
             if bv is not None or av is not None:
-                rows.append((label, _pct(bv, 1), _pct(av, 1)))
+                rows.append((label, pct(bv, 1), pct(av, 1)))
         if b.profile or a.profile:
             bp = b.profile.summary() if b.profile else {}
             ap = a.profile.summary() if a.profile else {}
-            rows.append(("GPU busy, profiler trace", _pct(bp.get("busy_fraction")), _pct(ap.get("busy_fraction"))))
-            rows.append(("kernels per call", _num(bp.get("kernels_per_step")), _num(ap.get("kernels_per_step"))))
-            rows.append(("syncs per call", _num(bp.get("syncs_per_step")), _num(ap.get("syncs_per_step"))))
+            rows.append(("GPU busy, profiler trace", pct(bp.get("busy_fraction")), pct(ap.get("busy_fraction"))))
+            rows.append(("kernels per call", si(bp.get("kernels_per_step")), si(ap.get("kernels_per_step"))))
+            rows.append(("syncs per call", si(bp.get("syncs_per_step")), si(ap.get("syncs_per_step"))))
         return rows
 
     def __repr__(self) -> str:
