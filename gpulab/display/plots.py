@@ -34,22 +34,19 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
             title = title or c.name
     fig, axes = plt.subplots(len(metrics), 1, figsize=(9, 2.1 * len(metrics)), sharex=True, squeeze=False)
     for ax, metric in zip(axes[:, 0], metrics):
-        drew = False
-        counts = [len(tr.series.get(metric, [])) for _, tr, _ in series if tr and tr.series.get(metric)]
-        if counts and max(counts) < MIN_TIMELINE_POINTS:  # a line through 1-3 points is not a timeline
-            means = "; ".join(f"{label}: {sig(sum(v for _, v in tr.series[metric]) / len(tr.series[metric]))}"
-                              for label, tr, _ in series if tr and tr.series.get(metric))
-            _no_data(ax, f"{max(counts)} sample{'s' if max(counts) != 1 else ''} in this window: too few for a curve "
+        drawn = [(label, tr.values(metric), color, tr.series[metric]) for label, tr, color in series
+                 if tr and tr.series.get(metric)]
+        if drawn and max(len(v) for _, v, _, _ in drawn) < MIN_TIMELINE_POINTS:  # 1-3 points are not a timeline
+            n = max(len(v) for _, v, _, _ in drawn)
+            means = "; ".join(f"{label}: {sig(sum(v) / len(v))}" for label, v, _, _ in drawn)
+            _no_data(ax, f"{n} sample{'s' if n != 1 else ''} in this window: too few for a curve "
                          f"(GPM reads once a second)\nmean over the window: {means}")
-            counts = []
-        for label, tr, color in series if counts else ():
-            pts = tr.series.get(metric, []) if tr else []
-            if pts:
-                xs, ys = zip(*pts)
-                kw = {"drawstyle": "steps-post"} if metric.startswith("nvml") else {"marker": "o"}
-                ax.plot(xs, ys, label=label, color=color, **kw)
-                drew = True
-        if not drew and not ax.texts:
+            drawn = []
+        for label, _, color, pts in drawn:
+            xs, ys = zip(*pts)
+            kw = {"drawstyle": "steps-post"} if metric.startswith("nvml") else {"marker": "o"}
+            ax.plot(xs, ys, label=label, color=color, **kw)
+        if not drawn and not ax.texts:
             why = next((tr.available.get(metric) for _, tr, _ in series if tr and metric in tr.available), None)
             _no_data(ax, f"{METRICS.get(metric, metric)}: {why or 'not recorded'}")
         ax.set_ylabel(METRICS.get(metric, metric).replace(" (", "\n("), fontsize=8)
