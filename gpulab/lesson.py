@@ -104,12 +104,15 @@ class ClaimSpec:
             raise ValueError(f"claim {self.key!r}: needs={unknown}; allowed: {', '.join(sorted(NEEDS))}")
         self.new()  # the band and the evidence kind are checked where a Claim checks them
 
-    def new(self, notebook: str = "") -> Claim:
-        """A fresh Claim of this spec, keyed "NN.key" after its notebook's number (or its name)."""
+    def key_in(self, notebook: str = "") -> str:
+        """The claim's stable key in results: "NN.key" after its notebook's number (or its name), else the key."""
         prefix = notebook.split("_", 1)[0] if notebook else ""
+        return f"{prefix}.{self.key}" if prefix else self.key
+
+    def new(self, notebook: str = "") -> Claim:
+        """A fresh Claim of this spec, keyed for `notebook` (see `key_in`)."""
         return Claim(self.text, low=self.low, high=self.high, unit=self.unit, source=self.source,
-                     evidence=self.evidence, key=f"{prefix}.{self.key}" if prefix else self.key,
-                     quote=self.quote or self.text)
+                     evidence=self.evidence, key=self.key_in(notebook), quote=self.quote or self.text)
 
 
 def _as_spec(c: ClaimSpec | dict[str, Any]) -> ClaimSpec:
@@ -220,7 +223,7 @@ class Lesson:
     def pending(self) -> list[str]:
         """Declared claims not recorded yet (each should end checked, not comparable or not tested)."""
         done = {c.key for c in self.result.claims}
-        return [k for k in self.claims if self.spec(k).new(self.name).key not in done]
+        return [k for k, spec in self.claims.items() if spec.key_in(self.name) not in done]
 
     def save(self) -> Any:
         """Mark declared claims that were never reached as not tested, then write the result JSON atomically."""
