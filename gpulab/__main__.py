@@ -100,10 +100,10 @@ def _summary(args: argparse.Namespace) -> int:
     compare = check_reference_dir(args.compare)
     out = check_out_dir(args.out) if args.out is not None else folder
     if args.readme:  # refuse a smoke or CPU run, or a README without the section, before writing anything
-        if not args.readme.is_file() or "<!-- reference-summary -->" not in args.readme.read_text(errors="replace"):
+        from .app.summary import README_MARKERS, check_reference_results, collect
+        if not args.readme.is_file() or README_MARKERS[0] not in args.readme.read_text(errors="replace"):
             raise ValueError(f"--readme {args.readme}: not a README with a reference section (a file holding "
-                             "<!-- reference-summary --> ... <!-- /reference-summary -->)")
-        from .app.summary import check_reference_results, collect
+                             f"{README_MARKERS[0]} ... {README_MARKERS[1]})")
         check_reference_results(collect(folder)[0], folder)
     md, png = write_summary(folder, out, compare=compare)
     print(md.read_text())
