@@ -12,7 +12,7 @@ from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchron
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
 from .profiling import ProfileSummary, profile as _profile
-from .timing import Measurement, Speedup, benchmark, fmt_time, speedup
+from .timing import ROUND, Measurement, Speedup, benchmark, fmt_time, speedup
 
 __all__ = ["Claim", "Comparison", "RunResult", "before_after", "measure", "KINDS"]
 
@@ -394,7 +394,7 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
         for i in range(rounds):
             sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
             for fn, run in sides:
-                extra = benchmark(fn, min_time_s=round_s, warmup_s=0, device=device.torch_device)
+                extra = benchmark(fn, min_time_s=round_s, device=device.torch_device, **ROUND)
                 run.measurement = run.measurement.merged(extra)
                 run.measurement.meta["interleaved_rounds"] = i + 1
     return Comparison(name=name, before=b, after=a, device=device.name, kind=kind)

@@ -180,13 +180,20 @@ def _on_cuda(device: torch.device | str | None) -> bool:
     return torch.device(device).type == "cuda"
 
 
+# A further timed round of a function that is already warm: one untimed call, at least three timed ones.
+ROUND: dict[str, Any] = {"warmup_s": 0.0, "min_warmup_calls": 1, "min_repeats": 3}
+
+
 def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5, warmup_s: float = 0.1,
               min_repeats: int = 5, max_repeats: int = 10_000, device: torch.device | str | None = None,
-              clock: Callable[[], float] | None = None) -> Measurement:
+              clock: Callable[[], float] | None = None, min_warmup_calls: int = 2) -> Measurement:
     """Time `fn()`: warm up, then repeat until `min_time_s` of timed runs, one timing per call.
 
     On a CUDA device each call is timed with a pair of CUDA events (device time, launch included);
     on the CPU with `time.perf_counter`. `clock` replaces the host clock (tests use a fake one).
+    `min_warmup_calls` (default 2) is the least number of untimed calls; a further round of a function that is
+    already warm (an interleaved round) can take 1, so that a half-second training step is not run seven times
+    for a quarter-second window.
     """
     check_timeable(fn)
     if device is not None and torch.device(device).type == "cuda":
@@ -200,6 +207,9 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     checks.positive_float("warmup_s", warmup_s, allow_zero=True)
     if min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError(f"min_repeats={min_repeats}, max_repeats={max_repeats}: need 1 <= min_repeats <= max_repeats")
+    if isinstance(min_warmup_calls, bool) or not isinstance(min_warmup_calls, int) or min_warmup_calls < 1:
+        raise ValueError(f"min_warmup_calls={min_warmup_calls!r} must be an int >= 1 (the first call also sizes the "
+                         "repeats)")
     use_events = _on_cuda(device) and clock is None
     clock = clock or time.perf_counter
 
@@ -210,7 +220,7 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     # Warm-up: at least two calls (first-call costs: module load, cuBLAS handles, compilation).
     sync()
     t0, warm = clock(), 0
-    while warm < 2 or clock() - t0 < warmup_s:
+    while warm < min_warmup_calls or clock() - t0 < warmup_s:
         fn()
         warm += 1
         if warm >= max_repeats:

@@ -144,3 +144,24 @@ def test_median_estimate_narrows_with_more_timings():
     assert e_few.lo <= few.median <= e_few.hi
     assert many.q1 <= e_many.lo and e_many.hi <= many.q3  # with many timings, inside the quartiles
     assert e_many.hi - e_many.lo <= e_few.hi - e_few.lo
+
+
+def test_a_round_of_a_slow_warm_function_runs_four_calls_not_seven():
+    from gpulab.timing import ROUND
+
+    clock, calls = FakeClock(), []
+
+    def step():  # a 0.6 s training step, timed in a 0.5 s round
+        calls.append(1)
+        clock.t += 0.6
+
+    m = benchmark(step, min_time_s=0.5, clock=clock, **ROUND)
+    assert (m.warmup_calls, m.n, len(calls)) == (1, 3, 4)
+    calls.clear()
+    assert benchmark(step, min_time_s=0.5, warmup_s=0, clock=clock).n == 5 and len(calls) == 7  # the default
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_min_warmup_calls_is_checked(bad):
+    with pytest.raises(ValueError, match="min_warmup_calls"):
+        benchmark(lambda: None, min_warmup_calls=bad)

@@ -14,7 +14,7 @@ import torch
 from ..memory import is_oom
 from ..claims import Estimate
 from ..device import DeviceInfo, get_device, synchronize
-from ..timing import benchmark, quantiles
+from ..timing import ROUND, benchmark, quantiles
 from .config import TrainConfig, describe, halve_batch
 from .trainer import Trainer, _deprecated
 
@@ -126,7 +126,7 @@ def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device
                           device=dev, peaks=peaks, pipeline=pipeline)
             round_s = (min_time_s or default_min_time(dev)) / 4
             for _ in range(rounds):
-                extra = benchmark(trainer.step, min_time_s=round_s, warmup_s=0, device=dev.torch_device)
+                extra = benchmark(trainer.step, min_time_s=round_s, device=dev.torch_device, **ROUND)
                 run.measurement = run.measurement.merged(extra)
             peak = trainer.peak_memory_gb()
             notes += trainer.notes
