@@ -53,11 +53,8 @@ CLAIMS = [
     # Other systems' MFU: our optimised loop stands beside them as a proxy.
     dict(key="llama", text="Llama 3 405B: 38-41% MFU", quote="Meta LLaMA 3 405B: 38-41% MFU (state-of-the-art)",
          low=38, high=41, unit="%", source=_SUMMARY),
-    dict(key="deepseek", text="DeepSeek-v3: 20-30% MFU (communication bottleneck)", low=20, high=30, unit="%",
-         quote="DeepSeek-v3: 20-30% MFU (communication bottleneck)", source=_SUMMARY),
-    dict(key="excellent", text="50-60% MFU is excellent for transformers (communication overhead)", low=50, high=60,
-         quote="50-60% MFU is excellent for transformers (communication overhead)", unit="%",
-         source="guide overview (Modal)"),
+    # DeepSeek-v3's "20-30% MFU (communication bottleneck)" and "50-60% MFU is excellent for transformers
+    # (communication overhead)" are about multi-GPU training: notebook 10 judges them beside its DDP MFU.
     # Labels for ranges, and claims about tools or fleets this course does not measure.
     dict(key="range_1_5", text="1-5% MFU: severe bottleneck (data loading, small batch, CPU sync)", low=1, high=5,
          quote="1-5%: Severe bottleneck (data loading, small batch, CPU sync)", unit="%", source=_TABLE),
@@ -74,8 +71,7 @@ CLAIMS = [
          quote="dcgmi dmon -e 1004  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", low=0, high=100, unit="%",
          source="guide §1.3"),
 ]
-NOT_COMPARABLE = {"llama": "thousands of GPUs, another model", "deepseek": "a cluster, another model",
-                  "excellent": "multi-GPU training with communication"}
+NOT_COMPARABLE = {"llama": "thousands of GPUs, another model"}
 _RANGE = ("a label for a range of MFU, not a prediction about a workload; notebook 08's waterfall shows loops across "
           "these ranges")
 UNTESTABLE = {"range_1_5": _RANGE, "range_10_30": _RANGE, "range_60_80": _RANGE, "range_80": _RANGE,
