@@ -183,7 +183,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
     "07_mixed_precision": dict(SMOKE=boolean(), N_LAYER=_opt_int.sized(8, smoke=2), N_HEAD=_opt_int.sized(12, smoke=2),
                                N_EMBD=_opt_int.sized(768, smoke=64), SEQ_LEN=_opt_int.sized(512, smoke=32),
                                VOCAB_SIZE=_opt_int.sized(50304, smoke=512), BATCH_SIZE=_opt_int.sized(16, smoke=2),
-                               LOSS_STEPS=_opt_int.sized(200, smoke=25), TIME_SECONDS=_opt_sec.sized(1.0, smoke=0.05),
+                               LOSS_STEPS=_opt_int.sized(120, smoke=25), TIME_SECONDS=_opt_sec.sized(1.0, smoke=0.05),
                                MATMUL_SIZE=_opt_int.sized(8192, smoke=256),
                                MATMUL_ROUNDS=integer(0, optional=True).sized(12, smoke=4),
                                ROUNDS=integer(0, optional=True).sized(4, smoke=2),

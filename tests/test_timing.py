@@ -165,3 +165,24 @@ def test_a_round_of_a_slow_warm_function_runs_four_calls_not_seven():
 def test_min_warmup_calls_is_checked(bad):
     with pytest.raises(ValueError, match="min_warmup_calls"):
         benchmark(lambda: None, min_warmup_calls=bad)
+
+
+def test_a_gpu_warm_up_of_a_slow_op_does_not_queue_a_thousand_calls():
+    """On a GPU a call only queues work: the warm-up checks the clock after a synchronize, in doubling batches,
+    so a 20 ms op warms up for about 0.1-0.2 s, not the thousand calls a host-clock loop would queue."""
+    from gpulab.timing import _warm_up
+
+    clock, queued, launched = FakeClock(), [], []
+
+    def op():  # 20 ms of GPU work, 50 µs to launch
+        launched.append(1)
+        queued.append(0.02)
+        clock.t += 50e-6
+
+    def sync():
+        clock.t += sum(queued)
+        queued.clear()
+
+    warm = _warm_up(op, sync, clock, clock(), min_calls=2, warmup_s=0.1, max_calls=10_000, batched=True)
+    assert warm == len(launched) == 8 and 0.1 <= clock.t < 0.2  # batches of 2, 2, 4
+    assert _warm_up(op, sync, clock, clock(), min_calls=1, warmup_s=0.0, max_calls=10_000, batched=True) == 1
