@@ -65,10 +65,23 @@ def test_the_evidence_follows_the_breakdown_on_a_recorded_h100_kernel_list():
 def test_fixes_name_the_causes_and_every_claim_quotes():
     fixes = [label for label, _ in L.FIXES]
     assert all(v is None or v in fixes for v in L.CAUSES.values())
-    assert all(v is None or v in fixes for v in L.PROXIES.values())
+    assert all(fix in fixes for _, fix, _ in L.JUDGED_ELSEWHERE)
     keys = [c.key for c in L.CLAIMS]
     assert len(set(keys)) == len(keys) and all(c.quote and c.source for c in L.CLAIMS)
-    assert {"data_loading", "kernel_fusion", "mixed_precision", "total"} == set(L.PROXIES)
+
+
+def test_003_per_fix_sentences_are_context_here_and_judged_in_their_notebook():
+    """One guide sentence, one verdict: 003's data loading, fusion and precision numbers are claims of 05, 03 and
+    07; 09 shows its matching fix beside them and declares no claim with their words."""
+    import importlib
+
+    quotes = {c.quote for c in L.CLAIMS}
+    assert {"data_loading", "kernel_fusion", "mixed_precision"}.isdisjoint(c.key for c in L.CLAIMS)
+    modules = {"05_data_overlap": "data_overlap", "03_fusion": "fusion", "07_mixed_precision": "mixed_precision"}
+    for quote, _, notebook in L.JUDGED_ELSEWHERE:
+        assert quote not in quotes
+        other = importlib.import_module(f"gpulab.lessons.{modules[notebook]}").CLAIMS
+        assert any(quote == (c["quote"] if isinstance(c, dict) else c.quote) for c in other), (quote, notebook)
 
 
 def test_slow_loop_runs_and_each_fix_changes_one_habit():

@@ -36,21 +36,18 @@ CLAIMS = [
     ClaimSpec("guide_tracker_cost_launch_bound", "the guide's §8.4 tracker costs under 1% of step time "
               "(launch-bound loop)", high=1, unit="%", source="guide §8.4 (the 1% bar is this course's)",
               quote="**Custom MFU tracker:**"),
-    ClaimSpec("data_loading", "data loading 45 ms -> 8 ms (5.6x)", 5.6, 5.6, "x", _NOTES,
-              quote="Data loading: 45ms → 8ms (5.6× speedup)"),
-    ClaimSpec("kernel_fusion", "kernel fusion 2.5 ms -> 0.9 ms (2.8x)", 2.8, 2.8, "x", _NOTES,
-              quote="Kernel fusion: 2.5ms → 0.9ms (2.8× speedup)"),
-    ClaimSpec("mixed_precision", "mixed precision 2.3 ms -> 1.1 ms (2.1x)", 2.1, 2.1, "x", _NOTES,
-              quote="Mixed precision: 2.3ms → 1.1ms (2.1× speedup)"),
     ClaimSpec("total", "85 ms -> 34 ms per iteration (2.5x)", 2.5, 2.5, "x", _NOTES,
               quote="Final result: 85ms → 34ms per iteration (2.5× total speedup)"),
     ClaimSpec("utilization", "GPU utilization 62% -> 89% after the fixes", 89, 89, "%", _NOTES,
               quote="GPU utilization: 62% → 89%"),
 ]
 NOT_COMPARABLE = _OTHER
-# which fix each of 003's numbers is matched with on this loop (None: all fixes together)
-PROXIES = {"data_loading": "pinned, non-blocking copies", "kernel_fusion": "fused GELU and AdamW",
-           "mixed_precision": "BF16 autocast (tensor cores)", "total": None}
+# 003's per-fix numbers get their one verdict in the notebook whose workload they are about; here the same kind
+# of fix on this loop is shown beside them as context: (003's words, the fix in FIXES, the judging notebook)
+JUDGED_ELSEWHERE = (("Data loading: 45ms → 8ms (5.6× speedup)", "pinned, non-blocking copies", "05_data_overlap"),
+                    ("Kernel fusion: 2.5ms → 0.9ms (2.8× speedup)", "fused GELU and AdamW", "03_fusion"),
+                    ("Mixed precision: 2.3ms → 1.1ms (2.1× speedup)", "BF16 autocast (tensor cores)",
+                     "07_mixed_precision"))
 
 # Notebook 08's final model and batch (copied: lessons import no other lesson)
 CASE_MODEL = dict(n_layer=12, n_head=12, n_embd=1536, block_size=1024, vocab_size=50257)
