@@ -21,7 +21,7 @@ from .claims import Estimate
 from .dataloading import CUDAPrefetcher, _check_int, _shutdown, endless_loader, to_device, workers
 from .device import as_torch_device, get_device
 from .experiment import Comparison, RunResult, default_min_time, measure
-from .timing import benchmark
+from .timing import ROUND, benchmark
 
 
 class Feed:
@@ -142,10 +142,12 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
 
 
 def _window(feed: Feed, batches_per_call: int, seconds: float, device: Any, waits: list[float]) -> Any:
-    """One more timed window of the fed loop, started on a settled queue; appends its data wait per batch."""
+    """One more timed window of the fed loop, started on a settled queue; appends its data wait per batch.
+    Like an interleaved round of `gl.before_after` (`timing.ROUND`): one untimed call, at least three timed ones, so
+    a starved loop's half-second calls are not run seven times for a one-second window."""
     feed.settle()
     w0, b0 = feed.wait_s, feed.batches
-    m = benchmark(lambda: feed.run(batches_per_call), min_time_s=seconds, warmup_s=0, device=device)
+    m = benchmark(lambda: feed.run(batches_per_call), min_time_s=seconds, device=device, **ROUND)
     waits.append((feed.wait_s - w0) / max(1, feed.batches - b0))
     return m
 

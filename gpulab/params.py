@@ -170,7 +170,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                             IMAGE_SIZE=integer(8, optional=True).sized(128, smoke=32),
                             BATCH_SIZE=_opt_int.sized(64, smoke=8),
                             GUIDE_BATCH=_opt_int.sized(32, smoke=8), CNN_WIDTH=_opt_int.sized(64, smoke=8),
-                            SWEEP_BATCHES=_opt_int.sized(20, smoke=3), BATCHES_PER_CALL=_opt_int.sized(4, smoke=2),
+                            SWEEP_BATCHES=_opt_int.sized(10, smoke=3), BATCHES_PER_CALL=_opt_int.sized(4, smoke=2),
                             PREFETCH_BATCH=_opt_int.sized(256, smoke=16),
                             WORKERS=list_of(integer(0), optional=True).sized(None, smoke=[0, 1, 2]),
                             MIN_TIME_S=_opt_sec.sized(None, smoke=0.05)),
