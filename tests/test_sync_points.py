@@ -10,6 +10,7 @@ import torch
 from gpulab.claims import Estimate
 from gpulab.lesson import lesson
 from gpulab.lessons import sync_points as SP
+from gpulab.params import SCHEMAS
 
 
 
@@ -61,3 +62,12 @@ def test_sizes_come_from_the_schema(cpu_device):
     assert ns["BATCH"] == 16 and les.result.params_given == ["BATCH"]
     assert ns["STEPS_PER_CALL"] == 2 and ns["MIN_TIME_S"] == 0.05 and ns["MODEL"]["n_layer"] == 1
     assert les.claims["item_sync"].needs == ()
+    assert ns["TRAIN_MIN_TIME_S"] == 0.05 and ns["TRAIN_ROUNDS"] == 3 and ns["LOOP_ROUNDS"] == 3
+
+
+def test_claims_near_their_bands_keep_their_full_rounds():
+    """At full size the eval loop and the two streams (claims near their bands) keep 3 s and 12 rounds; the training
+    loops, whose 3-5-point bands no affordable length resolves, are the ones shortened."""
+    full = {k: p.size_for(False) for k, p in SCHEMAS["04_sync_points"].items()}
+    assert full["LOOP_MIN_TIME_S"] >= 3.0 and full["LOOP_ROUNDS"] >= 12
+    assert full["TRAIN_MIN_TIME_S"] < full["LOOP_MIN_TIME_S"] and full["TRAIN_ROUNDS"] < full["LOOP_ROUNDS"]
