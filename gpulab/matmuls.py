@@ -178,18 +178,28 @@ class MatmulPoint:
 
 
 def measure_matmul(n: int, dtype: str = "bf16", device: DeviceInfo | None = None, *, m: int | None = None,
-                   k: int | None = None, min_time_s: float = 0.3, peaks: MeasuredPeaks | None = None
-                   ) -> MatmulPoint:
-    """Time one (m×k)@(k×n) matmul in `dtype` (default square n³) and return its MatmulPoint."""
+                   k: int | None = None, min_time_s: float = 0.3, peaks: MeasuredPeaks | None = None,
+                   warmup_s: float = 0.1) -> MatmulPoint:
+    """Time one (m×k)@(k×n) matmul in `dtype` (default square n³) and return its MatmulPoint.
+
+    The warm-up is `warmup_s` seconds of matmuls run and thrown away, counted like the timed window (on the
+    device): launches are asynchronous, so a warm-up counted in seconds of launching would queue hundreds of
+    calls of a big matmul (about a thousand 8192³ FP32 matmuls, 20 s, on an H100).
+    """
     device = device or get_device()
     dtype = check_dtype(dtype)
     why = dtype_support(device, dtype)
     if why:
         raise ValueError(f"dtype={dtype!r} cannot run here: {why}")
+    if warmup_s < 0:
+        raise ValueError(f"warmup_s={warmup_s!r} must be >= 0")
     mm = Matmul(n, dtype, device.torch_device, m=m, k=k)
     # The precision is set once around the timing loop, so small sizes do not pay for it per call.
     with float32_matmul_precision(mm._precision):
-        meas = benchmark(mm.raw, label=f"{n} {dtype}", min_time_s=min_time_s, device=device.torch_device)
+        if warmup_s:
+            benchmark(mm.raw, min_time_s=warmup_s, warmup_s=0, min_repeats=1, device=device.torch_device)
+        meas = benchmark(mm.raw, label=f"{n} {dtype}", min_time_s=min_time_s, warmup_s=0,
+                         device=device.torch_device)
     point = MatmulPoint(n=n, dtype=dtype, seconds=meas.median, iqr_s=meas.iqr, tflops=mm.flops / meas.median / 1e12,
                         intensity=matmul_intensity(n, dtype, m=m, k=k), datasheet_tflops=device.datasheet_tflops(dtype),
                         measured_peak_tflops=peaks.tflops.get(dtype) if peaks else None, m=m, k=k)
@@ -251,8 +261,10 @@ class MatmulSweep:
 
 
 def sweep_matmul(sizes: Sequence[int], dtypes: Sequence[str] = DTYPES, device: DeviceInfo | None = None, *,
-                 min_time_s: float = 0.25, peaks: MeasuredPeaks | None = None, progress: bool = True) -> MatmulSweep:
-    """Measure n×n×n matmuls for every size and dtype this device can run (the others are listed as skipped)."""
+                 min_time_s: float = 0.25, peaks: MeasuredPeaks | None = None, progress: bool = True,
+                 warmup_s: float = 0.1) -> MatmulSweep:
+    """Measure n×n×n matmuls for every size and dtype this device can run (the others are listed as skipped);
+    each point is warmed for `warmup_s` seconds of running matmuls, then timed for `min_time_s`."""
     device = device or get_device()
     sizes = [int(n) for n in sizes]
     if not sizes or any(n <= 0 for n in sizes):
@@ -272,7 +284,7 @@ def sweep_matmul(sizes: Sequence[int], dtypes: Sequence[str] = DTYPES, device: D
         it = tqdm(jobs, desc="matmul sweep")
     for n, d in it:
         try:
-            out.points.append(measure_matmul(n, d, device, min_time_s=min_time_s, peaks=peaks))
+            out.points.append(measure_matmul(n, d, device, min_time_s=min_time_s, peaks=peaks, warmup_s=warmup_s))
         except Exception as e:  # one unsupported kernel (or OOM) must not stop the sweep
             out.skipped.setdefault(d, f"n={n} failed: {type(e).__name__}: {e}"[:200])
     if device.is_cuda:

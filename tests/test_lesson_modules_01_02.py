@@ -44,6 +44,18 @@ def test_sizes_live_in_the_schemas():
     assert SCHEMAS["01_measuring"]["BIG_N"].size_for(True) == 64
     assert SCHEMAS["02_tensor_cores"]["BIG_N"].size_for(False) == 8192
     assert SCHEMAS["02_tensor_cores"]["ROUNDS"].size_for(True) == 2
+    few, rounds = (SCHEMAS["02_tensor_cores"][k].size_for(False) for k in ("FEW_ROUNDS", "ROUNDS"))
+    assert 3 <= few < rounds  # wide-margin comparisons still get a median-of-rounds interval
+
+
+def test_02_leaves_the_tf32_8x_sentence_to_07():
+    """One guide sentence, one verdict: §7.3's "8× faster than FP32" is judged in 07 (mixed precision), not in 02."""
+    from gpulab.lessons import mixed_precision as MP
+
+    quote = "8× faster than FP32 (uses Tensor Cores)"
+    assert quote in {c["quote"] for c in MP.CLAIMS}
+    assert quote not in {c["quote"] for c in TC.CLAIMS} and "tf32_8x" not in {c["key"] for c in TC.CLAIMS}
+    assert "tf32_auto" in {c["key"] for c in TC.CLAIMS}  # the TF32 time still decides "no code change"
 
 
 def test_tiny_count_refuses_unequal_flops():

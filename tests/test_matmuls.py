@@ -147,3 +147,23 @@ def test_tiny_matmuls_cuda_graph_matches_loop():
     t()
     torch.cuda.synchronize()
     assert t.replays == 2 and torch.allclose(t.c.float(), (t.a @ t.b).float())
+
+
+def test_measure_matmul_warms_up_on_the_device_clock(monkeypatch):
+    """The warm-up is a timed window thrown away (bounded by the matmuls' own time), never benchmark's host-timed
+    warm-up, which queues hundreds of big matmuls because launches are asynchronous (20 s at 8192³ FP32 on an H100)."""
+    calls = []
+    real = ml.benchmark
+
+    def spy(fn, **kw):
+        calls.append(kw)
+        return real(fn, **kw)
+
+    monkeypatch.setattr(ml, "benchmark", spy)
+    ml.measure_matmul(32, "fp32", CPU, min_time_s=0.01, warmup_s=0.02)
+    assert [c["min_time_s"] for c in calls] == [0.02, 0.01] and all(c["warmup_s"] == 0 for c in calls)
+    calls.clear()
+    ml.sweep_matmul([16], ["fp32"], CPU, min_time_s=0.01, warmup_s=0, progress=False)
+    assert len(calls) == 1 and calls[0]["warmup_s"] == 0
+    with pytest.raises(ValueError, match="warmup_s"):
+        ml.measure_matmul(32, "fp32", CPU, warmup_s=-1)
