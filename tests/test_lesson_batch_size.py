@@ -170,6 +170,17 @@ def test_a_gpu_run_judges_every_claim_it_has_the_batches_for(gpu_lesson):
     assert rest[5].measured == 60.0 and rest[6].measured == pytest.approx(92)
 
 
+def test_utilization_8_64_reads_its_own_longer_run_where_it_ran(gpu_lesson):
+    les, sw = gpu_lesson, _sweep()
+    util = _sweep({8: (300, 3, 40), 64: (800, 30, 97)}, oom=(), seq_len=512)
+    claim = M.check_scaling(les, sw, util=util)[0]
+    assert claim.measured == pytest.approx(57) and claim.verdict == "confirmed"
+    assert "our sequence length 512 tokens" in claim.note and "the sweep at 128 tokens read NVML 45.0% -> 92.0%" \
+        in claim.note and "step 26.7 ms at 8, 80.0 ms at 64" in claim.note
+    no_64 = _sweep({8: (300, 3, 40)}, oom=(64,), seq_len=512)  # batch 64 ran out of memory: the sweep decides
+    assert M.check_scaling(les, sw, util=no_64)[0].measured == pytest.approx(47)
+
+
 def test_a_gpu_run_says_which_batch_or_reading_is_missing(gpu_lesson):
     les = gpu_lesson
     sw = _sweep({b: v for b, v in GUIDE.items() if b <= 16}, oom=())
