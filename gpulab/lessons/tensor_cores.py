@@ -29,7 +29,10 @@ CLAIMS = [
     *[dict(key=f"format_{name}", text=f"{name}: {row['exponent_bits']} exponent bits, {row['mantissa_bits']} mantissa "
            f"bits, ±{row['max_abs']:g}, {row['digits']} digits", quote=_ROWS[name], low=0, high=0, unit="fields wrong",
            source="guide §7.3", evidence="definition") for name, row in GUIDE_7_3.items()],
-    # §7.3's "8× faster than FP32 (uses Tensor Cores)" is judged once, in notebook 07; 02 shows its ratio as context.
+    # §7.3's "8× faster than FP32 (uses Tensor Cores)" is judged once, in notebook 07; §2.1's own sentence here.
+    dict(key="tf32_speedup", text="TF32: ~8x faster than FP32 on a matmul (FP32 time / TF32 time)",
+         quote="Gives ~8× speedup over FP32 with no code changes", low=7, high=9, unit="x", source="guide §2.1",
+         needs=("cuda",)),
     dict(key="tf32_auto", text="TF32: automatic for FP32 matmuls, no code change (default FP32 time / TF32 time)",
          quote="TF32: Automatic for FP32 on Ampere+ (no code change)", low=0.9, high=1.1, unit="x",
          source="guide §2.1 (and §7.3)", needs=("cuda",)),
