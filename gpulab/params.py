@@ -150,12 +150,17 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                       MODEL=gpt_dict(optional=True).sized(
                           dict(vocab_size=8192, n_layer=4, n_head=8, n_embd=512, block_size=256),
                           smoke=dict(vocab_size=512, n_layer=2, n_head=2, n_embd=64, block_size=64)),
+                      INFER_MODEL=gpt_dict(optional=True).sized(
+                          dict(vocab_size=2048, n_layer=2, n_head=8, n_embd=512, block_size=128),
+                          smoke=dict(vocab_size=512, n_layer=2, n_head=2, n_embd=64, block_size=64)),
                       TRAIN_BATCH=_opt_int.sized(128, smoke=4), INFER_BATCH=_opt_int.sized(2),
                       INFER_SEQ=_opt_int.sized(128, smoke=32),
                       SWEEP_MODES=list_of(one_of(*COMPILE_MODES), optional=True).sized(
                           ["default", "reduce-overhead", "max-autotune"]),
-                      TIME_BUDGET_S=_opt_sec.sized(270), MIN_TIME_S=_opt_sec.sized(None, smoke=0.05),
-                      TRAIN_MIN_TIME_S=_opt_sec.sized(3.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(12, smoke=3)),
+                      TIME_BUDGET_S=_opt_sec.sized(270), MIN_TIME_S=_opt_sec.sized(0.25, smoke=0.05),
+                      TRAIN_MIN_TIME_S=_opt_sec.sized(3.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(6, smoke=3),
+                      COMPILE_ALL=Param(lambda n, v: v if v is None else _bool(n, v), "True, False or None").sized(
+                          True, smoke=False)),
     "04_sync_points": dict(SMOKE=boolean(),
                            MODEL=gpt_dict(optional=True).sized(
                                dict(vocab_size=8192, n_layer=4, n_head=8, n_embd=512, block_size=256),

@@ -8,6 +8,7 @@ import torch
 
 from gpulab.lesson import lesson
 from gpulab.lessons import fusion as F3
+from gpulab.params import SCHEMAS
 
 
 
@@ -59,6 +60,16 @@ def test_sizes_come_from_the_schema_and_a_readers_value_wins(cpu_device):
     assert ns["TRAIN_BATCH"] == 16 and les.result.params_given == ["TRAIN_BATCH"]
     assert ns["ELEMENTWISE_NUMEL"] == 1 << 18 and ns["MIN_TIME_S"] == 0.05 and ns["TRAIN_ROUNDS"] == 3
     assert ns["MODEL"]["n_layer"] == 2
+    assert ns["COMPILE_ALL"] is False  # a CPU smoke run compiles only the GELU unless the reader asks for more
+
+
+def test_section_4_model_gives_max_autotune_one_shape_less_to_tune():
+    """Full size: the output layer's matmul (width x vocabulary) has the MLP's shape (width x 4 width), so
+    max-autotune tunes four distinct matmul shapes, not five; section 3 keeps its own model."""
+    full = {k: p.default for k, p in SCHEMAS["03_fusion"].items()}
+    infer = full["INFER_MODEL"]
+    assert infer["vocab_size"] == 4 * infer["n_embd"] == 4 * full["MODEL"]["n_embd"]
+    assert infer["block_size"] >= full["INFER_SEQ"] and full["COMPILE_ALL"] is True
 
 
 @pytest.mark.notebook
