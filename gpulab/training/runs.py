@@ -123,7 +123,7 @@ def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device
             first = time.perf_counter() - t0
             run = measure(trainer.step, label=label, flops=trainer.flops_per_step, dtype=cfg.matmul_dtype,
                           items=cfg.tokens_per_step, item_name="tokens", min_time_s=min_time_s, monitor=monitor,
-                          device=dev, peaks=peaks, pipeline=pipeline)
+                          device=dev, peaks=peaks, pipeline=pipeline, warm=True)  # warm: its first step ran
             round_s = (min_time_s or default_min_time(dev)) / 4
             for _ in range(rounds):
                 extra = benchmark(trainer.step, min_time_s=round_s, device=dev.torch_device, **ROUND)
