@@ -97,7 +97,8 @@ class ConfigRun:
 def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device: DeviceInfo | None = None,
                    min_time_s: float | None = None, monitor: bool = True, peaks: Any = None,
                    keep: bool = False, pipeline: bool = False, rounds: int = 0) -> tuple[ConfigRun, Trainer | None]:
-    """Build `cfg`, time its first step alone, then measure its steps with gpulab.measure (timing + monitor).
+    """Build `cfg`, time its first step alone, then measure its steps with gpulab.measure (timing + monitor;
+    the first step was its warm-up, so one untimed step more precedes the timed window).
 
     On CUDA out-of-memory the micro-batch is halved and the gradient accumulation doubled (same tokens per
     step) until it fits; the returned ConfigRun's config and notes say so. With keep=True the Trainer is
