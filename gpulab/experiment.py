@@ -310,7 +310,8 @@ def default_min_time(device: DeviceInfo) -> float:
 def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = None, dtype: str | None = None,
             items: float | None = None, item_name: str = "samples", min_time_s: float | None = None,
             monitor: bool = True, profile: bool = False, device: DeviceInfo | None = None,
-            peaks: MeasuredPeaks | None = None, pipeline: bool = False, peak_dtype: str | None = None) -> RunResult:
+            peaks: MeasuredPeaks | None = None, pipeline: bool = False, peak_dtype: str | None = None,
+            warm: bool = False) -> RunResult:
     """Time `fn()` under the monitor (and optionally the profiler) and return a RunResult.
 
     Args:
@@ -321,6 +322,8 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
         pipeline: `fn` pulls from a queue (a DataLoader, a prefetcher): its throughput is items over the
             wall time of the timed window, not items over the median call, which a bursty queue overstates.
         peak_dtype: measure MFU against this dtype's peak instead of `dtype`'s (one yardstick for two sides).
+        warm: the caller has already run `fn` (e.g. a training step timed alone, compile included): no
+            untimed first call, and one warm-up call as an interleaved round takes (timing.ROUND), not two.
     """
     device = device or get_device()
     if dtype is not None:
@@ -332,15 +335,19 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
         if v is not None and (as_number(v) is None or v <= 0):
             raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None)")
     min_time_s = min_time_s or default_min_time(device)
-    fn()  # first call outside the monitor window: compilation and allocation are not steady state
-    synchronize()
+    if not warm:
+        fn()  # first call outside the monitor window: compilation and allocation are not steady state
+        synchronize()
+    bench = dict(label=label, min_time_s=min_time_s, device=device.torch_device)
+    if warm:
+        bench |= {k: v for k, v in ROUND.items() if k != "min_repeats"}  # one warm-up call; the window as usual
     trace = None
     if monitor:
         with Monitor(device) as mon:
-            m = benchmark(fn, label=label, min_time_s=min_time_s, device=device.torch_device)
+            m = benchmark(fn, **bench)
         trace = mon.trace
     else:
-        m = benchmark(fn, label=label, min_time_s=min_time_s, device=device.torch_device)
+        m = benchmark(fn, **bench)
     prof = _profile(fn, steps=3, warmup=0) if profile else None
     return RunResult(label=label or m.label, measurement=m, flops=flops, dtype=dtype,
                      peak_tflops=device.datasheet_tflops(yard) if yard else None,

@@ -137,3 +137,16 @@ def test_mfu_of_two_dtypes_uses_one_yardstick(cpu_device, monkeypatch):
                           after_dtype="bf16", peak_dtype="fp32", min_time_s=0.02, rounds=0, monitor=False,
                           device=cpu_device)
     assert own.before.peak_tflops == own.after.peak_tflops == 67.0
+
+
+def test_measure_of_a_warm_function_skips_the_extra_first_call(cpu_device):
+    calls = {"cold": 0, "warm": 0}
+    for kind in calls:
+        def fn(kind=kind):
+            calls[kind] += 1
+            time.sleep(0.06)  # longer than the default 0.1 s warm-up over two calls
+
+        run = gl.measure(fn, min_time_s=0.001, monitor=False, device=cpu_device, warm=kind == "warm")
+        assert run.measurement.n == 5  # the timed window is the same either way
+    # cold: one call before the window, two warm-up calls, five timed; warm (the caller ran it): one warm-up
+    assert calls == {"cold": 8, "warm": 6}

@@ -338,3 +338,25 @@ def test_config_run_mfu_against_one_peak(tokens, cpu_device):
     with pytest.warns(DeprecationWarning, match="mfu_vs_own_dtype"):
         assert run.mfu_own == run.mfu_vs_own_dtype
     assert T.with_peak(run.run, None).peak_tflops == 25.0
+
+
+def test_initial_weights_are_made_once_and_shared_read_only(tokens):
+    cfg = tiny(seed=7)
+    a = T.build_model(cfg)
+    state = T.initial_state(cfg)
+    assert T.initial_state(cfg.replace(attn="sdpa", fused_loss=True)) is state  # one model shape, one seed
+    assert all(torch.equal(v, state[k]) for k, v in a.state_dict().items())
+    b = T.build_model(cfg)  # from the remembered weights: the same model
+    after = torch.rand(3)
+    torch.manual_seed(cfg.seed)
+    assert torch.equal(after, torch.rand(3))  # the RNG left seeded with cfg.seed, as when the weights were made
+    assert all(torch.equal(v, state[k]) for k, v in b.state_dict().items())
+    assert b.lm_head.weight is b.wte.weight and b.wte.weight.data_ptr() != state["wte.weight"].data_ptr()
+    with T.Trainer(cfg, tokens) as tr:  # training changes the model's copy, never the shared weights
+        w0 = state["blocks.0.mlp.0.weight"].clone()
+        tr.step()
+        assert not torch.equal(tr.model.blocks[0].mlp[0].weight.detach(), w0)
+        assert torch.equal(state["blocks.0.mlp.0.weight"], w0) and tr._init_state is state
+    padded = T.initial_state(cfg.replace(pad_vocab=True))
+    assert padded["wte.weight"] is padded["lm_head.weight"]
+    assert padded["blocks.0.mlp.0.weight"] is state["blocks.0.mlp.0.weight"]

@@ -134,7 +134,7 @@ def gradient_underflow(model_cfg: GPTConfig, tokens: torch.Tensor, *, batch_size
     ds = TokenDataset(tokens, seq, num_samples=batch_size, seed=seed)
     x, y = (t.to(dev) for t in torch.utils.data.default_collate([ds[i] for i in range(batch_size)]))
     cfg = TrainConfig(model=model_cfg, attn=attn, seed=seed)
-    model = build_model(cfg).to(dev)
+    model = build_model(cfg, dev)
 
     def backward(dtype: torch.dtype | None, scale: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
         model.zero_grad(set_to_none=True)

@@ -97,7 +97,8 @@ class ConfigRun:
 def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device: DeviceInfo | None = None,
                    min_time_s: float | None = None, monitor: bool = True, peaks: Any = None,
                    keep: bool = False, pipeline: bool = False, rounds: int = 0) -> tuple[ConfigRun, Trainer | None]:
-    """Build `cfg`, time its first step alone, then measure its steps with gpulab.measure (timing + monitor).
+    """Build `cfg`, time its first step alone, then measure its steps with gpulab.measure (timing + monitor;
+    the first step was its warm-up, so one untimed step more precedes the timed window).
 
     On CUDA out-of-memory the micro-batch is halved and the gradient accumulation doubled (same tokens per
     step) until it fits; the returned ConfigRun's config and notes say so. With keep=True the Trainer is
@@ -123,7 +124,7 @@ def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device
             first = time.perf_counter() - t0
             run = measure(trainer.step, label=label, flops=trainer.flops_per_step, dtype=cfg.matmul_dtype,
                           items=cfg.tokens_per_step, item_name="tokens", min_time_s=min_time_s, monitor=monitor,
-                          device=dev, peaks=peaks, pipeline=pipeline)
+                          device=dev, peaks=peaks, pipeline=pipeline, warm=True)  # warm: its first step ran
             round_s = (min_time_s or default_min_time(dev)) / 4
             for _ in range(rounds):
                 extra = benchmark(trainer.step, min_time_s=round_s, device=dev.torch_device, **ROUND)

@@ -7,6 +7,7 @@ import gc
 import html
 import statistics
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -50,24 +51,49 @@ def cudnn_attention_available(device: Any = None) -> tuple[bool, str]:
         return False, f"cuDNN attention unavailable: {type(e).__name__}: {str(e).strip().splitlines()[0][:120]}"
 
 
-def build_model(cfg: TrainConfig) -> GPT:
-    """The GPT for `cfg`, initialised on the CPU from cfg.seed (the same weights on every device).
+_INITIAL_STATES: OrderedDict[tuple, dict[str, torch.Tensor]] = OrderedDict()
+KEEP_INITIAL_STATES = 2  # a model's unpadded and padded weights (notebook 08's waterfall uses both)
 
-    With pad_vocab the real vocabulary rows are exactly the unpadded model's; the padding rows get their
-    own small random values.
+
+def initial_state(cfg: TrainConfig) -> dict[str, torch.Tensor]:
+    """The initial weights of `cfg`'s GPT as a CPU FP32 state dict, from cfg.seed: the same on every device.
+
+    Made once per model shape, vocabulary and seed, then reused (the last KEEP_INITIAL_STATES are kept):
+    initialising a 0.4 B-parameter GPT on the CPU takes seconds, and a waterfall builds the same weights a
+    dozen times. The tensors are shared: read them, never write to them. With pad_vocab the real vocabulary
+    rows are exactly the unpadded model's; the padding rows get their own small random values.
     """
-    torch.manual_seed(cfg.seed)
-    attn = "sdpa" if cfg.attn == "cudnn" else cfg.attn  # the same module; the step picks cuDNN's kernel
-    model = GPT(cfg.model, attn=attn, fused_loss=cfg.fused_loss)
+    key = (dataclasses.astuple(cfg.model), cfg.vocab_size, cfg.seed)
+    if key in _INITIAL_STATES:
+        _INITIAL_STATES.move_to_end(key)
+        return _INITIAL_STATES[key]
     if cfg.vocab_size != cfg.model.vocab_size:
-        padded = GPT(cfg.model_config(), attn=attn, fused_loss=cfg.fused_loss)
-        state = model.state_dict()
+        state = dict(initial_state(cfg.replace(pad_vocab=False)))
         extra = torch.randn(cfg.vocab_size - cfg.model.vocab_size, cfg.model.n_embd,
                             generator=torch.Generator().manual_seed(cfg.seed + 1)) * 0.02
-        state["wte.weight"] = torch.cat([state["wte.weight"], extra])
-        state["lm_head.weight"] = state["wte.weight"]
-        padded.load_state_dict(state)
-        model = padded
+        state["wte.weight"] = state["lm_head.weight"] = torch.cat([state["wte.weight"], extra])  # tied
+    else:
+        with torch.random.fork_rng(devices=[]):  # the weights from cfg.seed; the caller's RNG left as it was
+            torch.manual_seed(cfg.seed)
+            state = {k: v.detach() for k, v in GPT(cfg.model).state_dict().items()}
+    _INITIAL_STATES[key] = state
+    while len(_INITIAL_STATES) > KEEP_INITIAL_STATES:
+        _INITIAL_STATES.popitem(last=False)
+    return state
+
+
+def build_model(cfg: TrainConfig, device: Any = None) -> GPT:
+    """The GPT for `cfg` on `device` (default: the CPU), with `initial_state(cfg)`'s weights.
+
+    The module is built on `device` directly and the weights are copied in, so a GPU model costs no CPU
+    initialisation once its weights are known. The global RNGs are left seeded with cfg.seed.
+    """
+    attn = "sdpa" if cfg.attn == "cudnn" else cfg.attn  # the same module; the step picks cuDNN's kernel
+    state = initial_state(cfg)
+    with torch.device(as_torch_device(device) if device is not None else torch.device("cpu")):
+        model = GPT(cfg.model_config(), attn=attn, fused_loss=cfg.fused_loss)  # its random init is overwritten
+    model.load_state_dict(state)
+    torch.manual_seed(cfg.seed)
     return model
 
 
@@ -94,9 +120,8 @@ class Trainer:
         if self.device.type == "cuda":
             self._mem_base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        model = build_model(cfg)
-        self._init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.model = model.to(self.device, dtype=PARAM_DTYPES[cfg.param_dtype])
+        self._init_state = initial_state(cfg)  # shared, read only: reset() and the master copies start from it
+        self.model = build_model(cfg, self.device).to(dtype=PARAM_DTYPES[cfg.param_dtype])
         self._params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}  # tied ones once
         # What AdamW updates: the model's own weights, or their FP32 master copies (started from the FP32 init).
         self._masters = {n: self._init_state[n].to(self.device, torch.float32, copy=True).requires_grad_()
