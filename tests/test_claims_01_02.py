@@ -54,4 +54,4 @@ def test_02_claims_are_labelled_and_tabled(smoke_run):
     assert len(formats) == 4 and all(c["evidence"] == "definition" for c in formats)
     fp8 = next(c for t, c in claims.items() if t.startswith("FP8: H100 only"))
     assert fp8["evidence"] == "datasheet"
-    assert sum(c["verdict"] == "not comparable" for c in claims.values()) == 4  # MFU targets of other systems
+    assert sum(c["verdict"] == "not comparable" for c in claims.values()) == 3  # MFU targets of other systems (the GPT-3 row is judged in 10)

@@ -99,7 +99,7 @@ def test_lesson_records_every_claim_on_cpu(cpu_device, tmp_path, monkeypatch):
     texts = {c.text: c.verdict for c in les.result.claims}
     assert texts["Matmul dimensions should be multiples of 8 for tensor cores (128 vs 127) (aligned ÷ misaligned "
                  "TFLOP/s)"] == "not tested"
-    assert sum(v == "not comparable" for v in texts.values()) == 4
+    assert sum(v == "not comparable" for v in texts.values()) == 3  # §2.3 MFU targets; the GPT-3 row is judged in 10
 
 
 def test_bad_neighbours_are_the_guides():

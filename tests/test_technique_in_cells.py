@@ -119,6 +119,20 @@ def test_every_course_claim_quotes_its_source():
         assert source, f"{module}: claim {key} has no source"
 
 
+def test_one_guide_sentence_is_judged_in_one_notebook():
+    """A quote has its verdict in one notebook only, the one whose workload it is about; others show context.
+
+    Within a notebook one sentence may carry two claims when it states two quantities (a before and an after)."""
+    def squash(text: str) -> str:  # a list item ("- ", "1. ", "# ") is the same sentence
+        return re.sub(r"^(?:[-*#]+|\d+\.)\s*", "", " ".join(text.split()))
+    where: dict[str, set[str]] = {}
+    for module, key, quote, source in _course_claims():
+        if source.split()[0] != "course":  # the course's own checks quote no document
+            where.setdefault(squash(quote), set()).add(module)
+    twice = {q: sorted(m) for q, m in where.items() if len(m) > 1}
+    assert not twice, f"quotes judged in more than one notebook: {twice}"
+
+
 @pytest.mark.skipif(not GUIDE.is_dir(), reason="the guide's text is not next to this checkout")
 def test_every_quote_stands_verbatim_in_the_document_it_names():
     """A claim's quote is the named document's words (spacing aside): "guide §7.3" is 001, "002 review" is 002;
