@@ -114,3 +114,18 @@ def test_throughput_sweep_uses_the_notebooks_colours_and_the_reference_sweep():
     assert colour["pin_memory=False"] == colour["pin_memory=False (reference GPU)"] == plots.BEFORE
     assert colour["pin_memory=True"] == colour["pin_memory=True (reference GPU)"] == plots.AFTER
     assert max(max(ln.get_ydata()) for ln in ax.lines if "reference" in ln.get_label()) < 9000
+
+
+def test_search_tables_show_three_significant_figures_and_one_memory_unit():
+    """05's settings table read 1127.8 samples/s and 'cpu percent'; 06's search read '2688.9 MiB' beside GB."""
+    from gpulab.batchsize import BatchSizeSearch
+    from gpulab.dataloading import DataLoaderTuning
+
+    row = dict(num_workers=2, pin_memory=False, prefetch_factor=2, persistent_workers=True, samples_per_s=1127.8,
+               seconds=0.5672, cpu_percent=13.3, batches=10)
+    page = DataLoaderTuning([row], row, batch_size=64)._repr_html_()
+    assert "1.13 k" in page and "567 ms" in page and "13.3%" in page and "1127.8" not in page
+    assert "<th>samples/s</th>" in page and "cpu percent" not in page
+    tried = [dict(batch_size=1, fits=True, samples_per_s=51.3, step_ms=19.5, peak_mem_bytes=2_819_500_000, error=None)]
+    page = BatchSizeSearch(1, 1, tried)._repr_html_()
+    assert "2.82 GB" in page and "19.5 ms" in page and "MiB" not in page and "<th>peak memory</th>" in page
