@@ -129,3 +129,11 @@ def test_search_tables_show_three_significant_figures_and_one_memory_unit():
     tried = [dict(batch_size=1, fits=True, samples_per_s=51.3, step_ms=19.5, peak_mem_bytes=2_819_500_000, error=None)]
     page = BatchSizeSearch(1, 1, tried)._repr_html_()
     assert "2.82 GB" in page and "19.5 ms" in page and "MiB" not in page and "<th>peak memory</th>" in page
+
+
+def test_timeline_fallback_names_a_side_without_a_sample():
+    """04's streams timeline gave the serial side's SM-active mean and said nothing of the other side."""
+    a = Trace(series={"gpm_sm_active": [(0.5, 53.2)]})
+    b = Trace(series={"nvml_util": [(0.1, 90.0)]})
+    fig = plots.timeline(("serial", a), ("side stream", b), metrics=("gpm_sm_active",))
+    assert "serial: 53.2; side stream: no sample" in fig.axes[0].texts[0].get_text()
