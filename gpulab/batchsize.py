@@ -29,6 +29,7 @@ from .experiment import RunResult, measure
 from .memory import is_oom  # noqa: F401 (one home; still importable from here)
 from .memory import release as _release
 from .flops import transformer_flops_per_token
+from .text import si
 from .workloads import GPT, GPTConfig
 
 
@@ -81,7 +82,7 @@ class BatchSizeSearch:
                 f"tried={[r['batch_size'] for r in self.tried]}, device={self.device!r})")
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in ROW_KEYS)
+        head = "".join(f"<th>{_HEADS.get(k, k.replace('_', ' '))}</th>" for k in ROW_KEYS)
         body = ""
         for r in sorted(self.tried, key=lambda r: r["batch_size"]):
             style = " style='background:#dcfce7;font-weight:bold'" if r["batch_size"] == self.best_throughput else ""
@@ -97,12 +98,18 @@ class BatchSizeSearch:
                 f"<table><tr>{head}</tr>{body}</table></div>")
 
 
+_HEADS = {"batch_size": "batch size", "samples_per_s": "samples/s", "step_ms": "step", "peak_mem_bytes": "peak memory"}
+
+
 def _fmt(key: str, v: Any) -> str:
+    """A table cell: three significant figures with SI prefixes; memory in GB as on the rest of the page."""
     if v is None:
         return "—"
     if key == "peak_mem_bytes":
-        return f"{v / 2**20:.1f} MiB"
-    return f"{v:.1f}" if isinstance(v, float) else html.escape(str(v))
+        return si(v, "B")
+    if key == "step_ms" and isinstance(v, (int, float)):
+        return si(v / 1e3, "s")
+    return si(v) if isinstance(v, float) else html.escape(str(v))
 
 
 CPU_ALLOCATION_FAILURES = ("can't allocate", "cannot allocate", "defaultcpuallocator", "not enough memory")

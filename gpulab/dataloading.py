@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from .claims import Estimate
 from .device import as_torch_device, synchronize, usable_cores
 from .flops import count_flops
+from .text import pct, si
 from .workloads import _MEAN, _STD
 
 
@@ -165,11 +166,11 @@ class DataLoaderTuning:
         return f"DataLoaderTuning({len(self.rows)} settings on {self.device}, best: {best})"
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{k.replace('_', ' ')}</th>" for k in ROW_KEYS)
+        head = "".join(f"<th>{_HEADS.get(k, k.replace('_', ' '))}</th>" for k in ROW_KEYS)
         body = ""
         for r in self.rows:
             style = " style='background:#dcfce7;font-weight:bold'" if r == self.best else ""
-            cells = "".join(f"<td>{_fmt(r.get(k))}</td>" for k in ROW_KEYS)
+            cells = "".join(f"<td>{_fmt(r.get(k), k)}</td>" for k in ROW_KEYS)
             body += f"<tr{style}>{cells}</tr>"
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
         return (f"<div><b>DataLoader settings</b> (batch size {self.batch_size}, {self.device}; fastest "
@@ -177,10 +178,16 @@ class DataLoaderTuning:
                 + "</div>")
 
 
-def _fmt(v: Any) -> str:
+_HEADS = {"samples_per_s": "samples/s", "seconds": "time", "cpu_percent": "host CPU"}
+
+
+def _fmt(v: Any, key: str = "") -> str:
+    """A table cell: three significant figures, the unit named (`key` picks it)."""
     if v is None:
         return "—"
-    return f"{v:.1f}" if isinstance(v, float) else html.escape(str(v))
+    if isinstance(v, float):
+        return si(v, "s") if key == "seconds" else pct(v, 1) if key == "cpu_percent" else si(v)
+    return html.escape(str(v))
 
 
 def _as_tuple(value: Any) -> tuple:

@@ -178,7 +178,7 @@ def test_figures_draw_on_the_cpu_path(tmp_path):
     L.samples_figure(Images())
     sweep = SimpleNamespace(rows=[dict(num_workers=w, pin_memory=False, samples_per_s=100.0 * (w + 1)) for w in (0, 1)])
     pred = dict(load_s_per_batch=0.1, step_s_per_batch=0.02, cores=2)
-    ref = {"extra": {"utilization_by_workers": [dict(num_workers=0, samples_per_s=90.0)]}}
+    ref = {"extra": {"dataloader_sweep": {"rows": [dict(num_workers=0, pin_memory=False, samples_per_s=90.0)]}}}
     L.sweep_figure(sweep, [0, 1], (False,), pred, 8, gpu=False, ref=ref)
     _, rows = L.utilization_rows(_util({0: 100.0, 1: 200.0}))
     L.utilization_figure(rows, [0, 1], gpu=False)

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 
 from ..experiment import Comparison
 from ..monitor import METRICS, Trace
-from ..text import si, sig
+from ..text import ratio, si, sig
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
 MIN_TIMELINE_POINTS = 4  # fewer samples in every series of a panel: show their means, not a line
@@ -38,13 +38,17 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
                  if tr and tr.series.get(metric)]
         if drawn and max(len(v) for _, v, _, _ in drawn) < MIN_TIMELINE_POINTS:  # 1-3 points are not a timeline
             n = max(len(v) for _, v, _, _ in drawn)
-            means = "; ".join(f"{label}: {sig(sum(v) / len(v))}" for label, v, _, _ in drawn)
+            means = "; ".join([f"{label}: {sig(sum(v) / len(v))}" for label, v, _, _ in drawn]
+                              + [f"{label}: no sample" for label, tr, _ in series if tr and not tr.series.get(metric)])
+            reader = "GPM reads" if metric.startswith("gpm") else "the monitor reads it"
             _no_data(ax, f"{n} sample{'s' if n != 1 else ''} in this window: too few for a curve "
-                         f"(GPM reads once a second)\nmean over the window: {means}")
+                         f"({reader} once a second)\nmean over the window: {means}")
             drawn = []
         for label, _, color, pts in drawn:
             xs, ys = zip(*pts)
             kw = {"drawstyle": "steps-post"} if metric.startswith("nvml") else {"marker": "o"}
+            if len(pts) < MIN_TIMELINE_POINTS:  # beside a longer series: its few samples as points, not a curve
+                kw = {"marker": "o", "ls": "none"}
             ax.plot(xs, ys, label=label, color=color, **kw)
         if not drawn and not ax.texts:
             why = next((tr.available.get(metric) for _, tr, _ in series if tr and metric in tr.available), None)
@@ -55,7 +59,9 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
         ax.grid(alpha=0.3)
     with_lines = [ax for ax in axes[:, 0] if ax.get_legend_handles_labels()[0]]
     if with_lines:
-        with_lines[0].legend(loc="lower right", fontsize=8)
+        handles, labels = with_lines[0].get_legend_handles_labels()  # above the panels: it hides no curve
+        with_lines[0].legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(labels), 3),
+                             fontsize=8, frameon=False)
     axes[-1, 0].set_xlabel("seconds since the monitor started")
     fig.suptitle(title or "utilization timeline")
     fig.tight_layout()
@@ -63,9 +69,11 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
 
 
 def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, title: str = "",
-         colors: Sequence[str] | None = None, fmt: str = "{:.1f}", ref: Sequence[float | None] | None = None,
+         colors: Sequence[str] | None = None, fmt: Any = "{:.1f}", ref: Sequence[float | None] | None = None,
          ref_label: str = "reference GPU"):
-    """A labelled bar chart; `ref` adds the reference GPU's values beside ours."""
+    """A labelled bar chart; `ref` adds the reference GPU's values beside ours. `fmt`: a format string or a
+    function of the value (e.g. `text.ratio`) for the label on each bar."""
+    fmt = fmt if callable(fmt) else fmt.format
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.4))
     xs = range(len(labels))
     w = 0.4 if ref is not None else 0.7
@@ -73,12 +81,12 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, 
     b = ax.bar([x - (w / 2 if ref is not None else 0) for x in xs], vals, w,
                color=colors or [AFTER] * len(labels), label="this run")
     for rect, v in zip(b, values):
-        ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+        ax.annotate("n/a" if v is None else fmt(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
                     ha="center", va="bottom", fontsize=8)
     if ref is not None:
         r = ax.bar([x + w / 2 for x in xs], [v or 0 for v in ref], w, color=REF, label=ref_label)
         for rect, v in zip(r, ref):
-            ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+            ax.annotate("n/a" if v is None else fmt(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
                         ha="center", va="bottom", fontsize=8, color="#555")
         ax.legend(fontsize=8)
     many = len(labels) > 4 or max((len(t) for t in labels), default=0) > 18
@@ -87,6 +95,7 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, 
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.1)  # room above the tallest bar for its value label
     fig.tight_layout()
     return fig
 
@@ -112,6 +121,11 @@ def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", ref
     vals = [e[2] for e in entries]
     fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=[e[4] for e in entries],
                ref=[e[3] for e in entries] if rs is not None else None)
+    if len({e[4] for e in entries}) > 1:  # the legend names each colour, not the first bar's alone
+        from matplotlib.patches import Patch
+        handles = [Patch(color=BEFORE, label="before (this run)"), Patch(color=AFTER, label="after (this run)")]
+        fig.axes[0].legend(handles=handles + ([Patch(color=REF, label="reference GPU")] if rs is not None else []),
+                           fontsize=8)
     if all(v is None for v in vals):
         _no_data(fig.axes[0], "no MFU here: no datasheet peak (CPU or unknown GPU)")
     return fig
@@ -127,7 +141,7 @@ def speedups(*comparisons: Comparison | dict, title: str = "speedup (before time
         rs = {r.name: r for r in (_cmp(c) for c in reference)}
         ref_vals = [rs[c.name].speedup if c.name in rs else None for c in cs]
     labels = [c.name + ("\n(within noise)" if c.within_noise else "") for c in cs]
-    fig = bars(labels, vals, ylabel="speedup (x)", title=title, fmt="{:.2f}x", ref=ref_vals)
+    fig = bars(labels, vals, ylabel="speedup (x)", title=title, fmt=ratio, ref=ref_vals)
     fig.axes[0].axhline(1.0, color="k", lw=0.8)
     return fig
 
@@ -150,7 +164,9 @@ def sweep(x: Sequence[float], ys: dict[str, Sequence[float | None]], *, xlabel: 
     ax.set_yscale("log" if logy else "linear")
     for label, v in (hlines or {}).items():
         ax.axhline(v, ls=":", color="k", lw=1)
-        ax.annotate(label, (ax.get_xlim()[0], v), fontsize=8, va="bottom")
+        ax.annotate(label, (ax.get_xlim()[0], v), xytext=(3, 1), textcoords="offset points", fontsize=8, va="bottom")
+    if hlines and not logy:  # room above the highest ceiling for its label, inside the frame
+        ax.set_ylim(top=max(ax.get_ylim()[1], 1.1 * max(hlines.values())))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

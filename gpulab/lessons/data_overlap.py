@@ -269,23 +269,31 @@ def samples_figure(ds: Any) -> None:
 
 def sweep_figure(sweep: Any, worker_list: Sequence[int], pins: Sequence[bool], pred: dict[str, Any], batch_size: int,
                  gpu: bool, ref: dict[str, Any] | None) -> None:
-    """Throughput per worker count for each pin_memory, the step-alone ceiling, the prediction min(k·B/L, B/S) and
-    the reference GPU's steady-state rates."""
+    """Throughput per worker count for each pin_memory (pageable red, pinned teal, as in the later figures), the
+    step-alone ceiling, the prediction min(k·B/L, B/S) and the reference GPU's same sweep, dashed."""
     import matplotlib.pyplot as plt
 
     from ..display import plots
     load_s, step_s = pred["load_s_per_batch"], pred["step_s_per_batch"]
-    ref_rows = (ref or {}).get("extra", {}).get("utilization_by_workers")
-    ref_lines = {"samples/s": ([r["num_workers"] for r in ref_rows], [r["samples_per_s"] for r in ref_rows])
-                 } if ref_rows else {}
+    ref_rows = (((ref or {}).get("extra", {}).get("dataloader_sweep")) or {}).get("rows")
     lines = {f"pin_memory={p}": [throughput_by_workers(sweep.rows, pin_memory=p).get(w) for w in worker_list]
              for p in pins}
     fig = plots.sweep(worker_list, lines, xlabel="num_workers", ylabel="samples/s",
                       title=f"DataLoader throughput vs workers ({pred['cores']} cores, batch {batch_size})",
-                      hlines={f"{'GPU' if gpu else 'CPU'} step alone (B/S)": batch_size / step_s}, ref=ref_lines)
+                      hlines={f"{'GPU' if gpu else 'CPU'} step alone (B/S)": batch_size / step_s})
+    ax, colour = fig.axes[0], {False: plots.BEFORE, True: plots.AFTER}
+    for line in ax.get_lines():
+        for p in pins:
+            if line.get_label() == f"pin_memory={p}":
+                line.set_color(colour[bool(p)])
+    for p in pins if ref_rows else ():  # the same short sweep on the reference GPU, not its longer windows
+        thr = throughput_by_workers(ref_rows, pin_memory=p)
+        if thr:
+            ax.plot(list(thr), list(thr.values()), ls="--", marker=".", alpha=0.6, color=colour[bool(p)],
+                    label=f"pin_memory={p} (reference GPU)")
     predicted = [batch_size / max(load_s / max(w, 1), step_s) for w in worker_list]
-    fig.axes[0].plot(worker_list, predicted, ls="--", color="k", lw=1, label="prediction min(k·B/L, B/S)")
-    fig.axes[0].legend(fontsize=8)
+    ax.plot(worker_list, predicted, ls="--", color="k", lw=1, label="prediction min(k·B/L, B/S)")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     plt.show()
 

@@ -257,7 +257,11 @@ def _busy(side: Any) -> float | None:
 def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str = "mfu", title: str = "") -> None:
     """One group of bars per experiment (short label -> comparison): before and after of this run, the reference
     GPU's pair beside in grey, each bar with its value. metric: "mfu" (% of the datasheet peak) or "busy" (the
-    trace's GPU busy share of wall time). Nothing is drawn when neither this run nor the reference has a value."""
+    trace's GPU busy share of wall time). Nothing is drawn when neither this run nor the reference has a value; a
+    group whose four values are all zero (a copy alone: the trace's busy share counts kernels) is left out, and
+    named under the figure."""
+    import textwrap
+
     import matplotlib.pyplot as plt
 
     from ..display import plots
@@ -266,23 +270,30 @@ def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str
     get, ylabel = (_mfu, "MFU, % of dense peak") if metric == "mfu" else (_busy, "GPU busy, % of wall time")
     rmap = {c.name: c for c in comparisons(ref)} if ref else {}
     groups = {k: c for k, c in groups.items() if c is not None}
-    mine = [[get(c.before), get(c.after)] for c in groups.values()]
-    refs = [[get(rmap[c.name].before), get(rmap[c.name].after)] if c.name in rmap else [None, None]
-            for c in groups.values()]
-    if all(v is None for pair in mine + refs for v in pair):
+    pairs = {k: ([get(c.before), get(c.after)],
+                 [get(rmap[c.name].before), get(rmap[c.name].after)] if c.name in rmap else [None, None])
+             for k, c in groups.items()}
+    empty = [k for k, (m, r) in pairs.items() if not any(m + r)]  # all zero or missing: nothing to compare
+    if all(v is None for m, r in pairs.values() for v in m + r):
         return
-    fig, ax = plt.subplots(figsize=(1.6 * len(groups) + 2, 3.6), layout="constrained")
-    xs = range(len(groups))
+    pairs = {k: v for k, v in pairs.items() if k not in empty}
+    mine, refs = [m for m, _ in pairs.values()], [r for _, r in pairs.values()]
+    fig, ax = plt.subplots(figsize=(min(1.45 * len(pairs) + 1.5, 10), 3.8), layout="constrained")
+    xs = range(len(pairs))
     for k, (dx, color, label, src) in enumerate(((-0.3, plots.BEFORE, "before", mine), (-0.1, plots.AFTER, "after", mine),
                                                  (0.1, "#c4c4c4", "reference GPU, before", refs),
                                                  (0.3, plots.REF, "reference GPU, after", refs))):
         vals = [pair[k % 2] for pair in src]
         bars = ax.bar([x + dx for x in xs], [v or 0 for v in vals], 0.2, color=color, label=label)
         ax.bar_label(bars, labels=[("n/a" if src is mine else "") if v is None else f"{v:.0f}" for v in vals],
-                     fontsize=7)
-    ax.set_xticks(list(xs), list(groups), fontsize=8)
+                     fontsize=8)
+    ax.set_xticks(list(xs), [textwrap.fill(k, 14) for k in pairs], fontsize=9)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.1)
+    if empty:
+        why = "0 on every side: the trace's busy share counts kernels, not copies" if metric == "busy" else "no value"
+        fig.supxlabel(f"left out: {', '.join(empty)} ({why})", fontsize=8, color="#555")
     plt.show()
