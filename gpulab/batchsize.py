@@ -100,9 +100,11 @@ class BatchSizeSearch:
 def _fmt(key: str, v: Any) -> str:
     if v is None:
         return "—"
+    from .text import sig  # three significant figures: 5,200 MiB, 471, 67.9
+
     if key == "peak_mem_bytes":
-        return f"{v / 2**20:.1f} MiB"
-    return f"{v:.1f}" if isinstance(v, float) else html.escape(str(v))
+        return f"{sig(v / 2**20)} MiB"
+    return sig(v) if isinstance(v, float) else html.escape(str(v))
 
 
 CPU_ALLOCATION_FAILURES = ("can't allocate", "cannot allocate", "defaultcpuallocator", "not enough memory")

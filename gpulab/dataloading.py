@@ -178,9 +178,11 @@ class DataLoaderTuning:
 
 
 def _fmt(v: Any) -> str:
+    from .text import sig  # three significant figures: 451, 1.35, 6.30
+
     if v is None:
         return "—"
-    return f"{v:.1f}" if isinstance(v, float) else html.escape(str(v))
+    return sig(v) if isinstance(v, float) else html.escape(str(v))
 
 
 def _as_tuple(value: Any) -> tuple:
