@@ -251,7 +251,7 @@ class MatmulSweep:
             cells = ""
             for d in ds:
                 p = self.point(n, d)
-                frac = "" if p is None or p.frac_datasheet is None else f" <small>({pct(p.frac_datasheet, digits=2)})</small>"
+                frac = "" if p is None or p.frac_datasheet is None else f" <small>({pct(p.frac_datasheet)})</small>"
                 cells += f"<td>{'—' if p is None else fmt_tflops(p.tflops)}{frac}</td>"
             rows += f"<tr><td>{n}</td>{cells}</tr>"
         skipped = "".join(f"<li>{d.upper()}: {why}</li>" for d, why in self.skipped.items())

@@ -53,8 +53,8 @@ class MeasuredPeaks:
             if k in self.power_w:
                 bits.append(f"{self.power_w[k]:,.0f} W")
             return ", ".join(bits)
-        rows = "".join(f"<tr><td>{k.upper()} matmul</td><td>{si(v * 1e12, 'FLOP/s')}</td><td><small>{extra(k)}</small></td></tr>"
-                       for k, v in self.tflops.items())
+        rows = "".join(f"<tr><td>{k.upper()} matmul</td><td>{si(v * 1e12, 'FLOP/s')}</td>"
+                       f"<td><small>{extra(k)}</small></td></tr>" for k, v in self.tflops.items())
         if self.copy_gbs:
             rows += f"<tr><td>device copy</td><td>{si(self.copy_gbs * 1e9, 'B/s')}</td></tr>"
         notes = "".join(f"<li>{n}</li>" for n in self.notes)

@@ -165,7 +165,8 @@ class FirstCall:
     def __repr__(self) -> str:
         if not self.ok:
             return f"not compiled: {self.error}"
-        return f"first call (compile + one run): {si(self.seconds, 's')}, {plural(self.kernels or 0, 'kernel')} generated"
+        return (f"first call (compile + one run): {si(self.seconds, 's')}, "
+                f"{plural(self.kernels or 0, 'kernel')} generated")
 
 
 def first_call(fn: Callable[..., Any], *args: Any) -> FirstCall:
