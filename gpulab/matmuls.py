@@ -20,6 +20,7 @@ import torch
 from .device import DTYPES, PEAK_TABLE, DeviceInfo, MeasuredPeaks, check_dtype, float32_matmul_precision, get_device
 from .dtypes import dtype_support, torch_dtype  # noqa: F401 (dtype_support: one source, still importable here)
 from .flops import attention_flops, matmul_flops
+from .text import pct, si, sig
 from .timing import benchmark
 from .workloads import MLP, Block, GPTConfig, random_matmul_inputs
 
@@ -127,10 +128,8 @@ class Matmul:
 # ---------------------------------------------------------------- measured points and sweeps
 
 def fmt_tflops(v: float | None) -> str:
-    """TFLOP/s readable at any scale: 797.3, 12.4, 0.0312 (a CPU), or n/a."""
-    if v is None:
-        return "n/a"
-    return f"{v:,.1f}" if v >= 1 else f"{v:.3g}"
+    """TFLOP/s readable at any scale, three significant figures: 797, 12.4, 0.0312 (a CPU), 1,240, or n/a."""
+    return sig(v)
 
 
 @dataclass
@@ -167,13 +166,13 @@ class MatmulPoint:
 
     def _repr_html_(self) -> str:
         shape = f"{self.m or self.n}×{self.k or self.n}×{self.n}"
-        parts = [f"<b>{shape} {self.dtype.upper()}</b>: {self.seconds * 1e3:.3f} ms, "
+        parts = [f"<b>{shape} {self.dtype.upper()}</b>: {si(self.seconds, 's')}, "
                  f"{fmt_tflops(self.tflops)} TFLOP/s"]
         if self.frac_datasheet is not None:
-            parts.append(f"{self.frac_datasheet:.0%} of the datasheet {self.datasheet_tflops:g}")
+            parts.append(f"{pct(self.frac_datasheet)} of the datasheet {sig(self.datasheet_tflops)}")
         if self.frac_measured is not None:
-            parts.append(f"{self.frac_measured:.0%} of the measured peak {self.measured_peak_tflops:,.0f}")
-        parts.append(f"intensity {self.intensity:,.0f} FLOPs/byte")
+            parts.append(f"{pct(self.frac_measured)} of the measured peak {sig(self.measured_peak_tflops)}")
+        parts.append(f"intensity {sig(self.intensity)} FLOPs/byte")
         return "; ".join(parts)
 
 
@@ -252,7 +251,7 @@ class MatmulSweep:
             cells = ""
             for d in ds:
                 p = self.point(n, d)
-                frac = "" if p is None or p.frac_datasheet is None else f" <small>({p.frac_datasheet:.0%})</small>"
+                frac = "" if p is None or p.frac_datasheet is None else f" <small>({pct(p.frac_datasheet)})</small>"
                 cells += f"<td>{'—' if p is None else fmt_tflops(p.tflops)}{frac}</td>"
             rows += f"<tr><td>{n}</td>{cells}</tr>"
         skipped = "".join(f"<li>{d.upper()}: {why}</li>" for d, why in self.skipped.items())

@@ -12,6 +12,7 @@ import torch
 from .checks import positive_int
 from .device import DTYPES, DeviceInfo, check_dtype, float32_matmul_precision, get_device
 from .dtypes import torch_dtype
+from .text import si, sig
 
 
 @dataclass
@@ -46,16 +47,16 @@ class MeasuredPeaks:
         def extra(k: str) -> str:
             bits = []
             if self.spread(k) is not None:
-                bits.append(f"rounds spread {100 * self.spread(k):.1f}%")
+                bits.append(f"rounds spread {sig(100 * self.spread(k), 2)}%")
             if k in self.sm_clock_mhz:
                 bits.append(f"SM clock {self.sm_clock_mhz[k]:,.0f} MHz")
             if k in self.power_w:
                 bits.append(f"{self.power_w[k]:,.0f} W")
             return ", ".join(bits)
-        rows = "".join(f"<tr><td>{k.upper()} matmul</td><td>{v:,.1f} TFLOP/s</td><td><small>{extra(k)}</small></td></tr>"
-                       for k, v in self.tflops.items())
+        rows = "".join(f"<tr><td>{k.upper()} matmul</td><td>{si(v * 1e12, 'FLOP/s')}</td>"
+                       f"<td><small>{extra(k)}</small></td></tr>" for k, v in self.tflops.items())
         if self.copy_gbs:
-            rows += f"<tr><td>device copy</td><td>{self.copy_gbs:,.0f} GB/s</td></tr>"
+            rows += f"<tr><td>device copy</td><td>{si(self.copy_gbs * 1e9, 'B/s')}</td></tr>"
         notes = "".join(f"<li>{n}</li>" for n in self.notes)
         return (f"<b>Measured on {self.device}</b> (matmul {self.matmul_size}³)<table>{rows}</table>"
                 + (f"<ul>{notes}</ul>" if notes else ""))

@@ -87,14 +87,16 @@ class ProfileSummary:
 
     def _repr_html_(self) -> str:
         s = self.summary()
-        busy = "n/a" if s["busy_fraction"] is None else f"{s['busy_fraction']:.0%}"
-        rows = [("wall time per step", f"{s['wall_ms_per_step']:.3f} ms"), ("GPU busy (trace)", busy),
-                ("kernels per step", "n/a" if s["kernels_per_step"] is None else f"{s['kernels_per_step']:.1f}"),
-                ("memcpy/memset per step", "n/a" if s["copies_per_step"] is None else f"{s['copies_per_step']:.1f}"),
-                ("synchronizing calls per step", f"{s['syncs_per_step']:.1f}"),
-                ("median idle gap", "n/a" if s["median_gap_us"] is None else f"{s['median_gap_us']:.1f} µs")]
+        from .text import pct, si, sig  # three significant figures, SI units: 67.7 ms, not 67.745 ms
+
+        rows = [("wall time per step", si(s["wall_ms_per_step"] / 1e3, "s")), ("GPU busy (trace)",
+                                                                             pct(s["busy_fraction"])),
+                ("kernels per step", sig(s["kernels_per_step"])), ("memcpy/memset per step", sig(s["copies_per_step"])),
+                ("synchronizing calls per step", sig(s["syncs_per_step"])),
+                ("median idle gap", si(None if s["median_gap_us"] is None else s["median_gap_us"] / 1e6, "s"))]
         body = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows)
-        top = "".join(f"<tr><td>{n[:70]}</td><td>{ms:.3f} ms</td><td>{c}</td></tr>" for n, ms, c in self.top_kernels)
+        top = "".join(f"<tr><td>{n[:70]}</td><td>{si(ms / 1e3, 's')}</td><td>{c}</td></tr>"
+                      for n, ms, c in self.top_kernels)
         note = f"<p><i>{self.note}</i></p>" if self.note else ""
         return (f"<table>{body}</table>{note}"
                 + (f"<details><summary>top kernels</summary><table>{top}</table></details>" if top else ""))

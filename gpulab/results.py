@@ -283,7 +283,12 @@ class ReferenceView:
             if not c:
                 return "—"
             m = c.get("measured")
-            return f"{c['verdict']}" + ("" if m is None else f" ({m:.3g} {c.get('unit', '')})")
+            if m is None:
+                return f"{c['verdict']}"
+            try:  # the claim's own spelling: "72.5%", "0.867x", "1 kernel" (not "72.5 %", "1 kernels")
+                return f"{c['verdict']} ({Claim.from_dict(c)._fmt(m)})"
+            except (TypeError, ValueError, KeyError):
+                return f"{c['verdict']} ({m:.3g} {c.get('unit', '')})"
 
         # claims match on their key ("07.bf16_speed"), on the text only for an older file without keys
         pairs = match_claims(ref["claims"], self.mine["claims"])

@@ -239,10 +239,13 @@ class StepMemoryProfile:
     def _repr_html_(self) -> str:
         if not self.times_ms:
             return f"<p><i>No memory timeline: {html.escape(self.note or 'nothing recorded')}</i></p>"
-        rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{v / 2**20:,.1f} MiB</td></tr>"
+        from .text import si, sig  # three significant figures: 5,140 MiB at 15.8 ms
+
+        rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{sig(v / 2**20)} MiB</td></tr>"
                        for k, v in self.at_peak().items())
         note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
-        return (f"<b>Memory at the step's peak</b> ({self.peak_bytes / 2**20:,.1f} MiB at {self.peak_ms:.1f} ms, "
+        return (f"<b>Memory at the step's peak</b> ({sig(self.peak_bytes / 2**20)} MiB at "
+                f"{si(self.peak_ms / 1e3, 's')}, "
                 f"{html.escape(self.device)})<table>{rows}</table>{note}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -302,7 +305,7 @@ def step_memory(step: Callable[[], Any], *, device: torch.device | str | None = 
         names[j] = getattr(c, "name", None)
     out.by_category, inferred = categorize(names, [row[1:] for row in sizes])
     if inferred:
-        out.note = (f"{inferred / 2**20:,.1f} MiB the profiler could not categorize was allocated and freed within "
+        out.note = (f"{inferred / 2**20:,.0f} MiB the profiler could not categorize was allocated and freed within "
                     "the step: counted as activations (temporaries of forward and backward)")
     t0 = next((t for t in times if t > 0), 0)
     out.times_ms = [max(0.0, (t - t0) / 1e3) for t in times]

@@ -100,7 +100,8 @@ def test_measure_and_sweep_on_cpu_skip_what_cannot_run():
 
 
 def test_fmt_tflops_reads_at_any_scale():
-    assert ml.fmt_tflops(797.34) == "797.3" and ml.fmt_tflops(0.03125) == "0.0312" and ml.fmt_tflops(None) == "n/a"
+    assert ml.fmt_tflops(797.34) == "797" and ml.fmt_tflops(1244.6) == "1,240"
+    assert ml.fmt_tflops(0.03125) == "0.0312" and ml.fmt_tflops(None) == "n/a"
 
 
 def test_point_fractions():

@@ -1,7 +1,7 @@
 """Matplotlib figures drawn only from result objects (or their loaded JSON); nothing here measures."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
 
@@ -68,34 +68,56 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
     return fig
 
 
+def _fits_flat(labels: Sequence[str], fig_width_in: float) -> bool:
+    """Whether tick labels fit side by side unturned: the longest line of a label (at about 0.065 in a character)
+    within its share of the axes' width."""
+    longest = max((len(line) for t in labels for line in str(t).split("\n")), default=0)
+    return longest * 0.065 <= (fig_width_in - 1.3) / max(1, len(labels))
+
+
 def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, title: str = "",
-         colors: Sequence[str] | None = None, fmt: Any = "{:.1f}", ref: Sequence[float | None] | None = None,
-         ref_label: str = "reference GPU"):
-    """A labelled bar chart; `ref` adds the reference GPU's values beside ours. `fmt`: a format string or a
-    function of the value (e.g. `text.ratio`) for the label on each bar."""
-    fmt = fmt if callable(fmt) else fmt.format
+         colors: Sequence[str] | None = None, fmt: str | Callable[[float], str] = "{:.1f}",
+         ref: Sequence[float | None] | None = None, ref_label: str = "reference GPU", label: str = "this run",
+         legend: Sequence[tuple[str, str]] | None = None, err: Sequence[tuple[float, float] | None] | None = None):
+    """A labelled bar chart; `ref` adds the reference GPU's values beside ours.
+
+    `fmt`: a format string or a function for the value on each bar. `label` names our bars in the legend;
+    `legend` ((name, colour), ...) names each colour instead, for bars coloured by what they are. `err`: each of
+    our bars' interval (lo, hi), drawn as an error bar with the value above its cap."""
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.4))
+    text = fmt if callable(fmt) else fmt.format
     xs = range(len(labels))
     w = 0.4 if ref is not None else 0.7
     vals = [v if v is not None else 0 for v in values]
     b = ax.bar([x - (w / 2 if ref is not None else 0) for x in xs], vals, w,
-               color=colors or [AFTER] * len(labels), label="this run")
-    for rect, v in zip(b, values):
-        ax.annotate("n/a" if v is None else fmt(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+               color=colors or [AFTER] * len(labels), label=label)
+    errs = list(err) if err is not None else [None] * len(labels)
+    for rect, v, e in zip(b, values, errs):
+        x = rect.get_x() + rect.get_width() / 2
+        if e is not None and v is not None:
+            ax.errorbar([x], [v], yerr=[[max(0.0, v - e[0])], [max(0.0, e[1] - v)]], fmt="none", color="k",
+                        capsize=3, lw=1)
+        top = max(rect.get_height(), e[1] if e is not None and v is not None else 0)
+        ax.annotate("n/a" if v is None else text(v), (x, top), xytext=(0, 2), textcoords="offset points",
                     ha="center", va="bottom", fontsize=8)
     if ref is not None:
         r = ax.bar([x + w / 2 for x in xs], [v or 0 for v in ref], w, color=REF, label=ref_label)
         for rect, v in zip(r, ref):
-            ax.annotate("n/a" if v is None else fmt(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+            ax.annotate("n/a" if v is None else text(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
                         ha="center", va="bottom", fontsize=8, color="#555")
+    if legend is not None:  # one entry a colour: a patch of our first bar's colour would misname the others
+        from matplotlib.patches import Patch
+        handles = [Patch(color=c, label=n) for n, c in legend] + ([Patch(color=REF, label=ref_label)] if ref else [])
+        ax.legend(handles=handles, fontsize=8)
+    elif ref is not None:
         ax.legend(fontsize=8)
-    many = len(labels) > 4 or max((len(t) for t in labels), default=0) > 18
+    many = not _fits_flat(labels, fig.get_figwidth())
     ax.set_xticks(list(xs), labels, rotation=25 if many else 0, ha="right" if many else "center",
                   rotation_mode="anchor" if many else "default", fontsize=8 if many else None)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(axis="y", alpha=0.3)
-    ax.margins(y=0.1)  # room above the tallest bar for its value label
+    ax.margins(y=0.12)  # room above the tallest bar for its value
     fig.tight_layout()
     return fig
 
@@ -119,13 +141,10 @@ def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", ref
     names = [e[0] for e in entries]
     labels = [e[0] if names.count(e[0]) == 1 or len(cs) == 1 else f"{e[1]}: {e[0]}" for e in entries]
     vals = [e[2] for e in entries]
-    fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=[e[4] for e in entries],
-               ref=[e[3] for e in entries] if rs is not None else None)
-    if len({e[4] for e in entries}) > 1:  # the legend names each colour, not the first bar's alone
-        from matplotlib.patches import Patch
-        handles = [Patch(color=BEFORE, label="before (this run)"), Patch(color=AFTER, label="after (this run)")]
-        fig.axes[0].legend(handles=handles + ([Patch(color=REF, label="reference GPU")] if rs is not None else []),
-                           fontsize=8)
+    colors = [e[4] for e in entries]
+    fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=colors, fmt=sig,
+               ref=[e[3] for e in entries] if rs is not None else None,
+               legend=[(n, c) for n, c in (("before (this run)", BEFORE), ("after (this run)", AFTER)) if c in colors])
     if all(v is None for v in vals):
         _no_data(fig.axes[0], "no MFU here: no datasheet peak (CPU or unknown GPU)")
     return fig
@@ -141,7 +160,9 @@ def speedups(*comparisons: Comparison | dict, title: str = "speedup (before time
         rs = {r.name: r for r in (_cmp(c) for c in reference)}
         ref_vals = [rs[c.name].speedup if c.name in rs else None for c in cs]
     labels = [c.name + ("\n(within noise)" if c.within_noise else "") for c in cs]
-    fig = bars(labels, vals, ylabel="speedup (x)", title=title, fmt=ratio, ref=ref_vals)
+    ests = [c.estimate() for c in cs]
+    fig = bars(labels, vals, ylabel="speedup (x)", title=title, fmt=ratio, ref=ref_vals,
+               err=[None if e is None or e.lo is None or e.hi is None else (e.lo, e.hi) for e in ests])
     fig.axes[0].axhline(1.0, color="k", lw=0.8)
     return fig
 
@@ -178,10 +199,11 @@ def sweep(x: Sequence[float], ys: dict[str, Sequence[float | None]], *, xlabel: 
 
 
 def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, bandwidth_gbs: float,
-             title: str = "roofline", ceiling_label: str = "measured"):
+             title: str = "roofline", ceiling_label: str = "measured", color: str | None = None):
     """Achieved TFLOP/s against arithmetic intensity (FLOPs/byte) under the compute and bandwidth ceilings.
 
-    points: (label, intensity in FLOPs per byte, achieved TFLOP/s).
+    points: (label, intensity in FLOPs per byte, achieved TFLOP/s), all in `color` (one dtype's points share one
+    colour; each is labelled).
     """
     if peak_tflops <= 0 or bandwidth_gbs <= 0:
         raise ValueError("peak_tflops and bandwidth_gbs must be > 0")
@@ -190,9 +212,9 @@ def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, 
     xs = [min([p[1] for p in points] + [ridge]) / 4, max([p[1] for p in points] + [ridge]) * 4]
     grid = [xs[0] * (xs[1] / xs[0]) ** (i / 200) for i in range(201)]
     ax.plot(grid, [min(peak_tflops, x * bandwidth_gbs / 1e3) for x in grid], color="k", lw=1.5,
-            label=f"{ceiling_label} ceilings: {peak_tflops:,.0f} TFLOP/s, {bandwidth_gbs:,.0f} GB/s")
+            label=f"{ceiling_label} ceilings: {si(peak_tflops * 1e12, 'FLOP/s')}, {si(bandwidth_gbs * 1e9, 'B/s')}")
     for label, x, y in points:
-        ax.scatter([x], [y], zorder=3)
+        ax.scatter([x], [y], zorder=3, color=color or AFTER)
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.axvline(ridge, ls=":", color="#999")
     ax.set_xscale("log")
@@ -239,7 +261,7 @@ def tracker_figure(tracker: Any):
     a1.plot(xs, [r.gpu_ms for r in rs], color=AFTER, lw=1)
     a1.set_xlabel("step")
     a1.set_ylabel("GPU time per step (ms)")
-    a1.set_ylim(bottom=0)
+    a1.set_ylim(0, 1.15 * max([r.gpu_ms for r in rs if r.gpu_ms is not None] + [1e-9]))  # the line off the frame
     a1.grid(alpha=0.3)
     if any(r.mfu is not None for r in rs):
         a2.plot(xs, [None if r.mfu is None else r.mfu * 100 for r in rs], color=AFTER, lw=1, label="MFU")
@@ -254,11 +276,21 @@ def tracker_figure(tracker: Any):
         pts = [(r.step, getattr(r, metric)) for r in rs if getattr(r, metric) is not None]
         if pts and any(r.mfu is not None for r in rs):
             a2.plot(*zip(*pts), color=color, lw=1, ls="--", label=METRICS[metric])
-    if a2.get_legend_handles_labels()[0]:
+    if a2.lines:  # from 0, as the step time: a zoomed axis makes 1% of noise look like a trend
+        ys = [float(y) for ln in a2.lines for y in ln.get_ydata() if y is not None and y == y]
+        a2.set_ylim(0, 1.15 * max(ys + [1e-9]))
+    if len(a2.get_legend_handles_labels()[0]) > 1:  # one line: its axis label names it
         a2.legend(fontsize=7, loc="lower right")
     a2.set_xlabel("step")
     a2.grid(alpha=0.3)
-    last = tracker.log_line(rs[-1]) if rs else ""
+    last = ""
+    if rs:  # the last step, three significant figures a number
+        r = rs[-1]
+        parts = [f"step {r.step}", si(r.gpu_ms / 1e3, "s")]
+        parts += [si(r.items_per_s, f"{tracker.item_name}/s")] if r.items_per_s is not None else []
+        parts += [si(r.tflops * 1e12, "FLOP/s")] if r.tflops is not None else []
+        parts += [f"MFU {sig(r.mfu * 100)}%"] if r.mfu is not None else []
+        last = " | ".join(parts)
     fig.suptitle(last, fontsize=9)
     return fig
 
@@ -289,8 +321,8 @@ def time_breakdown(breakdowns: dict[str, Any], *, title: str = "where each step'
     ax.set_xlabel("ms per step")
     ax.set_xlim(0, max(lefts + [1e-9]) * 1.18)
     ax.set_title(title)
-    ax.legend(fontsize=7, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.3 if len(labels) < 4 else -0.15),
-              frameon=False)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=7, ncols=5, loc="outside lower center",
+               frameon=False)  # under the x label, never over it
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -309,7 +341,7 @@ def memory_timeline(profile: Any, *, title: str = "memory over one training step
     ax.stackplot(profile.times_ms, *[[v / 2**20 for v in profile.by_category[c]] for c in cats],
                  labels=cats, colors=[MEMORY_COLORS[c] for c in cats], alpha=0.8, step="post")
     ax.axvline(profile.peak_ms, color="k", ls=":", lw=1)
-    ax.annotate(f"peak {profile.peak_bytes / 2**20:,.1f} MiB", (profile.peak_ms, profile.peak_bytes / 2**20),
+    ax.annotate(f"peak {sig(profile.peak_bytes / 2**20)} MiB", (profile.peak_ms, profile.peak_bytes / 2**20),
                 xytext=(5, -12), textcoords="offset points", fontsize=8)
     ax.set_xlabel("ms since the step began")
     ax.set_ylabel("MiB")

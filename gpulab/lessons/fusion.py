@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..claims import Estimate
 from ..device import synchronize
-from ..text import si, sig
+from ..text import plural, si, sig
 
 __all__ = ["CLAIMS", "TRAIN_NAME", "INFER_NAME", "Traffic", "eager_traffic", "FirstCall", "first_call",
            "mode_speed_ratio", "compile_time_ratio", "bandwidth_figure", "mfu_figure", "modes_figure", "gelu_panel"]
@@ -165,19 +165,30 @@ class FirstCall:
     def __repr__(self) -> str:
         if not self.ok:
             return f"not compiled: {self.error}"
-        return f"first call (compile + one run): {si(self.seconds, 's')}, {self.kernels} kernel(s) generated"
+        return (f"first call (compile + one run): {si(self.seconds, 's')}, "
+                f"{plural(self.kernels or 0, 'kernel')} generated")
 
 
 def first_call(fn: Callable[..., Any], *args: Any) -> FirstCall:
     """Call a just-compiled `fn(*args)` once with a stopwatch, inductor's FX-graph cache off (the time is the
     compile's own work; kernel binaries may still come from an earlier run's disk cache). A compiler error comes
-    back as `FirstCall.error`, not as an exception: a machine without a working toolchain says so and goes on."""
+    back as `FirstCall.error`, not as an exception: a machine without a working toolchain says so and goes on.
+    max-autotune's report of every candidate kernel (and of candidates that do not fit the GPU, which it skips)
+    is kept off the page: nothing in it is for the reader to act on."""
+    import contextlib
+    import io
+    import logging
+
     from torch._inductor import config, metrics
 
     metrics.reset()
     dev = next((a.device for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)), None)
+    autotune_log = logging.getLogger("torch._inductor.select_algorithm")
+    level = autotune_log.level
+    autotune_log.setLevel(logging.CRITICAL)
     try:
-        with config.patch({"fx_graph_cache": False, "autotune_local_cache": False}):
+        with config.patch({"fx_graph_cache": False, "autotune_local_cache": False}), \
+                contextlib.redirect_stderr(io.StringIO()):
             synchronize(dev)
             t0 = time.perf_counter()
             fn(*args)
@@ -185,6 +196,8 @@ def first_call(fn: Callable[..., Any], *args: Any) -> FirstCall:
     except Exception as e:  # no compiler, a compiler error, an unsupported op
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         return FirstCall(error=f"{type(e).__name__}: {' '.join(lines[:2])[:300]}")
+    finally:
+        autotune_log.setLevel(level)
     return FirstCall(time.perf_counter() - t0, metrics.generated_kernel_count)
 
 
@@ -226,10 +239,18 @@ def bandwidth_figure(bandwidth: dict[str, float], ref: dict[str, Any] | None) ->
                      title="GELU: useful bytes / time, against the copy ceiling", fmt=_Sig(),
                      colors=[plots.BEFORE] + [plots.AFTER] * (len(useful) - 1) + ["#b8b8b8"],
                      ref=[ref_bw.get(k) for k in useful] + [ref_bw.get("eager_actual_traffic")] if ref_bw else None)
+    from matplotlib.patches import Patch
+
     ax = fig.axes[0]
-    ax.axhline(bandwidth["copy"], ls=":", color="k", label=f"device copy, this run: {si(bandwidth['copy'] * 1e9, 'B/s')}")
-    ax.set_ylim(0, 1.1 * max(bandwidth["copy"], ax.get_ylim()[1]))
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=3)
+    line = ax.axhline(bandwidth["copy"], ls=":", color="k",
+                      label=f"device copy, this run: {si(bandwidth['copy'] * 1e9, 'B/s')}")
+    ax.set_ylim(0, 1.15 * max(bandwidth["copy"], ax.get_ylim()[1]))
+    for t in ax.texts:  # the values sit near the copy line: keep them readable over it
+        t.set_bbox(dict(facecolor="white", edgecolor="none", pad=0.6, alpha=0.85))
+    handles = [Patch(color=plots.BEFORE, label="eager, this run"), Patch(color=plots.AFTER, label="fused, this run"),
+               Patch(color="#b8b8b8", label="eager, all its bytes")]
+    handles += [Patch(color=plots.REF, label="reference GPU")] if ref_bw else []
+    ax.legend(handles=handles + [line], fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=3)
     fig.tight_layout()
     plt.show()
 
@@ -277,17 +298,18 @@ def modes_figure(cmp_graph: Any, sweep: Sequence[dict[str, Any]], ref: dict[str,
     names = list(dict.fromkeys(list(rows) + list(ref_rows)))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     for ax, i, ylabel, scale in ((axes[0], 0, "ms per forward", 1e3), (axes[1], 1, "compile time (s)", 1)):
-        xs = range(len(names))
+        shown = [n for n in names if any(src.get(n, (None, None))[i] for src in (rows, ref_rows))]  # eager: no compile
+        xs = range(len(shown))
         for dx, src, color, label in ((-0.2, rows, plots.AFTER, "this run"), (0.2, ref_rows, plots.REF,
                                                                               "reference GPU")):
-            vals = [(src.get(n, (None, None))[i] or 0) * scale for n in names]
+            vals = [(src.get(n, (None, None))[i] or 0) * scale for n in shown]
             bars = ax.bar([p + dx for p in xs], vals, 0.4, color=color, label=label)
             ax.bar_label(bars, labels=[f"{v:.3g}" if v else "" for v in vals], fontsize=7)
-        ax.set_xticks(list(xs), names, rotation=20, ha="right", fontsize=8)
+        ax.set_xticks(list(xs), shown, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8)
     axes[0].set_title(title, fontsize=10)
-    axes[1].set_title("first-call compile (or capture) time", fontsize=10)
+    axes[1].set_title("first-call compile time of each mode", fontsize=10)
     plt.show()
 
 

@@ -260,10 +260,11 @@ def levels_figure(runs: Sequence[tuple[str, Any]], title: str = "three levels of
 def bursts_figure(runs: Sequence[Any]):
     """NVML's reading beside the true busy share, one pair of bars per burst pattern, values on the bars."""
     from ..display import plots
+    from ..text import sig
 
     fig = plots.bars([f"{b.burst_ms:g} ms every\n{b.burst_ms + b.gap_ms:g} ms" for b in runs],
-                     [b.nvml_pct for b in runs], ref=[b.true_busy_pct for b in runs],
-                     ref_label="GPU busy (CUDA events)", ylabel="% of the time",
+                     [b.nvml_pct for b in runs], ref=[b.true_busy_pct for b in runs], fmt=sig,
+                     label="NVML utilization.gpu", ref_label="GPU busy (CUDA events)", ylabel="% of the time",
                      title="NVML utilization.gpu (left) beside the true busy share (right)")
     fig.tight_layout()
     return fig

@@ -146,6 +146,8 @@ def sweep_figures(sweep: Any, device: Any, peaks: Any, low: str, ref_sweep: Any)
             if pts:
                 ax.plot(*zip(*pts), ls="--", color=COLORS["bf16"], alpha=0.6, label="BF16, reference GPU")
         ax.set(xscale="log", xlabel="n (n×n×n matmul)", ylabel=ylabel)
+        ax.set_xticks(list(sweep.sizes), [str(n) for n in sweep.sizes])  # the sizes swept, not 3×10² ...
+        ax.minorticks_off()
         ax.grid(alpha=0.3)
     axes[0].set_yscale("log")
     if low in peaks.tflops:
@@ -165,7 +167,7 @@ def roofline(sweep: Any, peaks: Any, dtype: str, title: str) -> str:
         return ""
     peak = peaks.tflops[dtype]
     plots.roofline([(str(p.n), p.intensity, p.tflops) for p in pts], peak_tflops=peak, bandwidth_gbs=peaks.copy_gbs,
-                   title=title).tight_layout()
+                   title=title, color=COLORS.get(dtype)).tight_layout()  # the dtype's colour, as in every figure
     _show()
     ridge = peak * 1e12 / (peaks.copy_gbs * 1e9)
     rows = []
@@ -216,14 +218,12 @@ def alignment_report(align: dict[str, Any], ratio_est: dict[str, Estimate], ref:
         ref_ratio = [rc[c.name].after.tflops / rc[c.name].before.tflops if c.name in rc and rc[c.name].before.tflops
                      else None for c in align.values()]
     fig = plots.bars(list(ratio_est), [e.value for e in ratio_est.values()], ylabel="aligned ÷ misaligned TFLOP/s",
-                     title=f"alignment: throughput per FLOP ({dtype.upper()})", fmt="{:.3g}x", ref=ref_ratio)
+                     title=f"alignment: throughput per FLOP ({dtype.upper()})", fmt="{:.3g}x", ref=ref_ratio,
+                     err=[(e.lo, e.hi) for e in ratio_est.values()])
     ax = fig.axes[0]
-    ests = list(ratio_est.values())
-    xs = [p.get_x() + p.get_width() / 2 for p in ax.patches[:len(ests)]]
-    ax.errorbar(xs, [e.value for e in ests], yerr=[[e.value - e.lo for e in ests], [e.hi - e.value for e in ests]],
-                fmt="none", color="k", capsize=3)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.axhline(1.05, color="#b42318", lw=0.8, ls=":")
+    ax.axhline(1.0, color="k", lw=0.8, label="no difference (1x)")
+    ax.axhline(1.05, color="#b42318", lw=0.8, ls=":", label="the claims' band: >= 1.05x")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     _show()
     rows = "".join(f"<tr><td style='text-align:left'>{w}</td><td>{c.before.label}</td>"
