@@ -64,24 +64,38 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
 
 def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, title: str = "",
          colors: Sequence[str] | None = None, fmt: str = "{:.1f}", ref: Sequence[float | None] | None = None,
-         ref_label: str = "reference GPU"):
-    """A labelled bar chart; `ref` adds the reference GPU's values beside ours."""
+         ref_label: str = "reference GPU", yerr: tuple[Sequence[float], Sequence[float]] | None = None,
+         legend: dict[str, str] | None = None):
+    """A labelled bar chart; `ref` adds the reference GPU's values beside ours, `yerr` (below, above) draws
+    intervals on ours (each value then sits above its interval, clear of the whisker), `legend` names each
+    colour of ours (label -> colour) where bars of this run differ in colour."""
+    from matplotlib.patches import Patch
+
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.4))
     xs = range(len(labels))
     w = 0.4 if ref is not None else 0.7
     vals = [v if v is not None else 0 for v in values]
     b = ax.bar([x - (w / 2 if ref is not None else 0) for x in xs], vals, w,
                color=colors or [AFTER] * len(labels), label="this run")
-    for rect, v in zip(b, values):
-        ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+    if yerr is not None:
+        ax.errorbar([r.get_x() + r.get_width() / 2 for r in b], vals, yerr=[list(yerr[0]), list(yerr[1])], fmt="none",
+                    ecolor="black", capsize=4, lw=1)
+    tops = [v + (yerr[1][i] if yerr is not None else 0) for i, v in enumerate(vals)]
+    for rect, v, top in zip(b, values, tops):
+        ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, max(top, 0)),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     if ref is not None:
         r = ax.bar([x + w / 2 for x in xs], [v or 0 for v in ref], w, color=REF, label=ref_label)
         for rect, v in zip(r, ref):
             ax.annotate("n/a" if v is None else fmt.format(v), (rect.get_x() + rect.get_width() / 2, rect.get_height()),
-                        ha="center", va="bottom", fontsize=8, color="#555")
+                        xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=8, color="#555")
+    if legend:
+        handles = [Patch(color=c, label=lbl) for lbl, c in legend.items()]
+        ax.legend(handles=handles + ([Patch(color=REF, label=ref_label)] if ref is not None else []), fontsize=8)
+    elif ref is not None:
         ax.legend(fontsize=8)
-    many = len(labels) > 4 or max((len(t) for t in labels), default=0) > 18
+    ax.margins(y=0.15)  # room above the tallest bar for its value (and the legend)
+    many = len(labels) > 4 or max((len(line) for t in labels for line in t.split("\n")), default=0) > 18
     ax.set_xticks(list(xs), labels, rotation=25 if many else 0, ha="right" if many else "center",
                   rotation_mode="anchor" if many else "default", fontsize=8 if many else None)
     ax.set_ylabel(ylabel)
@@ -94,24 +108,30 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, 
 def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", reference: Iterable | None = None):
     """MFU (datasheet peak) of each side of each comparison; with `reference`, the reference GPU's beside.
 
-    A side that several comparisons share (every fix measured against the same slow loop) is drawn once, and a
-    bar is labelled by its side alone unless two different bars would then read the same."""
+    A side that several comparisons share is drawn once, from its first measurement: the same label on the same
+    work (FLOPs and items per call), as when every fix of a chain is measured against the previous fix's side or
+    against the same slow loop. A bar is labelled by its side alone unless two different bars would then read
+    the same; the legend names the before and after colours."""
     cs = [_cmp(c) for c in comparisons]
     rs = {r.name: r for r in (_cmp(c) for c in reference)} if reference is not None else None
     entries: list[tuple[str, str, float | None, float | None, str]] = []  # (side, comparison, ours, ref, colour)
+    seen: set[tuple[str, float | None, float | None]] = set()
     for c in cs:
         for side, color in (("before", BEFORE), ("after", AFTER)):
             run = getattr(c, side)
             ours = None if run.mfu is None else run.mfu * 100
-            if any(e[0] == run.label and e[2] == ours for e in entries):
-                continue  # the same run, already drawn
+            if (run.label, run.flops, run.items) in seen:
+                continue  # the same side, already drawn
+            seen.add((run.label, run.flops, run.items))
             r = getattr(rs.get(c.name), side, None) if rs is not None else None
             entries.append((run.label, c.name, ours, None if r is None or r.mfu is None else r.mfu * 100, color))
     names = [e[0] for e in entries]
     labels = [e[0] if names.count(e[0]) == 1 or len(cs) == 1 else f"{e[1]}: {e[0]}" for e in entries]
     vals = [e[2] for e in entries]
+    used = {e[4] for e in entries}
     fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=[e[4] for e in entries],
-               ref=[e[3] for e in entries] if rs is not None else None)
+               ref=[e[3] for e in entries] if rs is not None else None,
+               legend={k: c for k, c in (("this run: before", BEFORE), ("this run: after", AFTER)) if c in used})
     if all(v is None for v in vals):
         _no_data(fig.axes[0], "no MFU here: no datasheet peak (CPU or unknown GPU)")
     return fig
@@ -192,20 +212,29 @@ def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, 
 
 def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", title: str = "one change at a time",
               ref: Sequence[tuple[str, float]] | None = None):
-    """Throughput after each cumulative change, each bar annotated with its gain over the previous one."""
+    """Throughput after each cumulative change, each bar annotated with its gain over the previous one; the
+    starting point in BEFORE's colour, every change in AFTER's, both named in the legend."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter
+
     labels = [s[0] for s in steps]
     vals = [s[1] for s in steps]
     fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(steps) + 2), 4))
-    bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1), label="this run")
+    bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1))
     for i, (rect, v) in enumerate(zip(bars_, vals)):
         gain = "" if i == 0 or not vals[i - 1] else f"\n{v / vals[i - 1]:.2f}x"
-        ax.annotate(f"{si(v)}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), ha="center",
-                    va="bottom", fontsize=7)
+        ax.annotate(f"{si(v)}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), xytext=(0, 3),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
+    handles = [Patch(color=BEFORE, label=f"this run: {labels[0]}" if labels else "this run")]
+    if len(vals) > 1:
+        handles.append(Patch(color=AFTER, label="this run: after each change"))
     if ref:
         rmap = dict(ref)
-        ax.scatter(range(len(labels)), [rmap.get(lbl) for lbl in labels], marker="_", s=400, color="k",
-                   label="reference GPU", zorder=3)
-        ax.legend(fontsize=8)
+        handles.append(ax.scatter(range(len(labels)), [rmap.get(lbl) for lbl in labels], marker="_", s=400,
+                                  color="k", label="reference GPU", zorder=3))
+    ax.legend(handles=handles, fontsize=8, loc="upper left")
+    ax.margins(y=0.15)  # room above the tallest bar for its two-line value
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -239,7 +268,7 @@ def tracker_figure(tracker: Any):
         if pts and any(r.mfu is not None for r in rs):
             a2.plot(*zip(*pts), color=color, lw=1, ls="--", label=METRICS[metric])
     if a2.get_legend_handles_labels()[0]:
-        a2.legend(fontsize=7, loc="lower right")
+        a2.legend(fontsize=7, loc="best")  # clear of the curves
     a2.set_xlabel("step")
     a2.grid(alpha=0.3)
     last = tracker.log_line(rs[-1]) if rs else ""
@@ -290,13 +319,13 @@ def memory_timeline(profile: Any, *, title: str = "memory over one training step
         _no_data(ax, profile.note or "no memory timeline recorded")
         return fig
     cats = list(MEMORY_COLORS)
-    ax.stackplot(profile.times_ms, *[[v / 2**20 for v in profile.by_category[c]] for c in cats],
+    ax.stackplot(profile.times_ms, *[[v / 1e9 for v in profile.by_category[c]] for c in cats],
                  labels=cats, colors=[MEMORY_COLORS[c] for c in cats], alpha=0.8, step="post")
     ax.axvline(profile.peak_ms, color="k", ls=":", lw=1)
-    ax.annotate(f"peak {profile.peak_bytes / 2**20:,.1f} MiB", (profile.peak_ms, profile.peak_bytes / 2**20),
+    ax.annotate(f"peak {si(profile.peak_bytes, 'B')}", (profile.peak_ms, profile.peak_bytes / 1e9),  # as in the text
                 xytext=(5, -12), textcoords="offset points", fontsize=8)
     ax.set_xlabel("ms since the step began")
-    ax.set_ylabel("MiB")
+    ax.set_ylabel("GB")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
