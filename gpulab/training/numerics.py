@@ -13,6 +13,7 @@ import torch
 from ..device import as_torch_device, check_dtype, float32_matmul_precision
 from ..workloads import GPTConfig, TokenDataset
 from ..dtypes import torch_dtype
+from ..text import pct, sig
 from .config import TrainConfig
 from .trainer import build_model
 
@@ -110,13 +111,19 @@ class UnderflowReport:
             if v is None:
                 return "—"
             if k in ("logit_grads_zeroed", "param_grads_zeroed"):
-                return f"{v:.2%}"
+                return pct(v)
             if k == "grad_rel_error":
-                return f"{v:.2e}"
+                return sig(v)
             return html.escape(f"{v:g}" if isinstance(v, float) else str(v))
         body = "".join("<tr>" + "".join(f"<td>{fmt(k, r.get(k))}</td>" for k in keys) + "</tr>" for r in self.rows)
-        return (f"<div><b>Gradient underflow</b> (loss x {self.loss_multiplier:g}, {self.device}; 'zeroed' = non-zero "
+        return (f"<div><b>Gradient underflow</b> (loss x {_times(self.loss_multiplier)}, {self.device}; 'zeroed' = non-zero "
                 f"in FP32, exactly zero here)<table><tr>{head}</tr>{body}</table></div>")
+
+
+def _times(m: float) -> str:
+    """A loss multiplier as written in the text: 2^-10 rather than 0.000976562."""
+    e = math.log2(m) if m > 0 else 0.5
+    return f"2^{e:.0f}" if e.is_integer() and e != 0 else f"{m:g}"
 
 
 def gradient_underflow(model_cfg: GPTConfig, tokens: torch.Tensor, *, batch_size: int, seq_len: int | None = None,
