@@ -122,3 +122,15 @@ def test_tables_beside_the_figures_write_three_significant_figures():
     html = TimeBreakdown(steps=2, window_ms=659.234, ms={"kernels": 652.416, "idle: after a sync": 0.0},
                          kernels=1928)._repr_html_()
     assert "330 ms each" in html and "326 ms" in html and "99.0%" in html and "329.617" not in html
+
+
+def test_tracker_log_line_writes_three_significant_figures():
+    from types import SimpleNamespace
+
+    from gpulab.tracker import StepTracker
+
+    t = SimpleNamespace(item_name="samples")
+    r = SimpleNamespace(step=76, gpu_ms=8.18, items_per_s=500_971.0, tflops=201.8, mfu=0.204, nvml_util=66.0,
+                        gpm_sm_active=21.0)
+    line = "step 76 | 8.18 ms | 501 k samples/s | 202 TFLOP/s | MFU 20.4% | NVML 66% | SM active 21%"
+    assert StepTracker.log_line(t, r) == line  # not 500,971 samples/s and 201.8 TFLOP/s

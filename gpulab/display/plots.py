@@ -269,6 +269,11 @@ def tracker_figure(tracker: Any):
             a2.plot(*zip(*pts), color=color, lw=1, ls="--", label=METRICS[metric])
     if a2.get_legend_handles_labels()[0]:
         a2.legend(fontsize=7, loc="best")  # clear of the curves
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    for ax in (a1, a2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))  # 30 k samples/s, not 30000
     a2.set_xlabel("step")
     a2.grid(alpha=0.3)
     last = tracker.log_line(rs[-1]) if rs else ""

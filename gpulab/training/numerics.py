@@ -212,9 +212,9 @@ def plot_underflow(report: UnderflowReport, title: str = "", *, bar_color: str =
         ax.set_yscale("log")
         ax.set_xlabel("log2 |gradient| in FP32")
         ax.set_ylabel("elements")
-        ax.set_title(f"{name}: {below / total:.1%} below FP16's smallest number", fontsize=9)
+        ax.set_title(f"{name}: {pct(below / total)} below FP16's smallest number", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title or f"gradient magnitudes (loss x {report.loss_multiplier:g})")
+    fig.suptitle(title or f"gradient magnitudes (loss x {_times(report.loss_multiplier)})")
     fig.tight_layout()
     return fig
