@@ -116,8 +116,8 @@ class UnderflowReport:
                 return sig(v)
             return html.escape(f"{v:g}" if isinstance(v, float) else str(v))
         body = "".join("<tr>" + "".join(f"<td>{fmt(k, r.get(k))}</td>" for k in keys) + "</tr>" for r in self.rows)
-        return (f"<div><b>Gradient underflow</b> (loss x {_times(self.loss_multiplier)}, {self.device}; 'zeroed' = non-zero "
-                f"in FP32, exactly zero here)<table><tr>{head}</tr>{body}</table></div>")
+        return (f"<div><b>Gradient underflow</b> (loss x {_times(self.loss_multiplier)}, {self.device}; "
+                f"'zeroed' = non-zero in FP32, exactly zero here)<table><tr>{head}</tr>{body}</table></div>")
 
 
 def _times(m: float) -> str:
