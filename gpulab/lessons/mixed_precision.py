@@ -279,8 +279,11 @@ def loss_figure(losses: dict[str, list[float]], seed1: list[float], title: str =
     b.set(xlabel="optimizer step", ylabel=f"loss - FP32's ({k}-step mean)", title="distance to FP32's curve")
     for ax in (a, b):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # One legend under both panels, in a size the page can show (two 7-point legends were unreadable).
+    handles, labels = a.get_legend_handles_labels()
+    band_h, band_l = b.get_legend_handles_labels()
+    fig.legend(handles + band_h[:1], labels + band_l[:1], loc="lower center", ncols=5, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
 
 
