@@ -224,7 +224,7 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
     for i, (rect, v) in enumerate(zip(bars_, vals)):
         gain = "" if i == 0 or not vals[i - 1] else f"\n{v / vals[i - 1]:.2f}x"
         ax.annotate(f"{si(v)}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), xytext=(0, 3),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8)
     handles = [Patch(color=BEFORE, label=f"this run: {labels[0]}" if labels else "this run")]
     if len(vals) > 1:
         handles.append(Patch(color=AFTER, label="this run: after each change"))
@@ -233,7 +233,7 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
         handles.append(ax.scatter(range(len(labels)), [rmap.get(lbl) for lbl in labels], marker="_", s=400,
                                   color="k", label="reference GPU", zorder=3))
     ax.legend(handles=handles, fontsize=8, loc="upper left")
-    ax.margins(y=0.15)  # room above the tallest bar for its two-line value
+    ax.margins(y=0.2)  # room above the tallest bar for its two-line value
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
