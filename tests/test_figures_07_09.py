@@ -32,7 +32,9 @@ def inside(fig):
     r = fig.canvas.get_renderer()
     box = fig.bbox
     ax = fig.axes[0]
-    items = [*ax.get_xticklabels(), *ax.get_yticklabels(), *ax.texts, ax.yaxis.label, ax.title]
+    lo, hi = ax.get_ylim()
+    shown = [t for t in ax.get_yticklabels() if lo <= t.get_position()[1] <= hi]  # ticks past the limits aren't drawn
+    items = [*ax.get_xticklabels(), *shown, *ax.texts, ax.yaxis.label, ax.title]
     items += [ax.get_legend()] if ax.get_legend() else []
     for it in items:
         if it.get_visible() and (not hasattr(it, "get_text") or it.get_text()):
