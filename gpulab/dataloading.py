@@ -183,11 +183,9 @@ _HEADS = {"samples_per_s": "samples/s", "seconds": "time", "cpu_percent": "host 
 
 def _fmt(v: Any, key: str = "") -> str:
     """A table cell: three significant figures, the unit named (`key` picks it)."""
-    if v is None:
-        return "—"
     if isinstance(v, float):
         return si(v, "s") if key == "seconds" else pct(v, 1) if key == "cpu_percent" else si(v)
-    return html.escape(str(v))
+    return "—" if v is None else html.escape(str(v))
 
 
 def _as_tuple(value: Any) -> tuple:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from .profiling import STEP_RANGE, SYNC_CALLS
+from .text import pct, si
 
 DEVICE_CATS = {"kernel": "kernels", "gpu_memcpy": "memcpy/memset", "gpu_memset": "memcpy/memset"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
@@ -84,9 +85,9 @@ class TimeBreakdown:
     def _repr_html_(self) -> str:
         if self.window_ms <= 0 or not self.ms:
             return f"<p><i>{self.note or 'no GPU activity in this trace'}</i></p>"
-        rows = "".join(f"<tr><td style='text-align:left'>{k}</td><td>{v / self.steps:.3f} ms</td>"
-                       f"<td>{v / self.window_ms:.1%}</td></tr>" for k, v in self.ms.items())
-        return (f"<b>GPU time per step</b> ({self.steps} steps, {self.window_ms / self.steps:.3f} ms each, "
+        rows = "".join(f"<tr><td style='text-align:left'>{k}</td><td>{si(v / self.steps / 1e3, 's')}</td>"
+                       f"<td>{pct(v / self.window_ms)}</td></tr>" for k, v in self.ms.items())
+        return (f"<b>GPU time per step</b> ({self.steps} steps, {si(self.window_ms / self.steps / 1e3, 's')} each, "
                 f"{self.kernels / self.steps:.0f} kernels each)<table>{rows}</table>"
                 + (f"<p><i>{self.note}</i></p>" if self.note else ""))
 

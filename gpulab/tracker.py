@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from .flops import mfu as _mfu
+from .text import si
 
 CSV_FIELDS = ("step", "steps", "gpu_ms", "host_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active")
 COST_BUDGET = 0.002  # the tracker keeps its own host time under this share of a step (see `every`)
@@ -365,9 +366,9 @@ class StepTracker:
         """One line for a script's log."""
         parts = [f"step {r.step}", f"{r.gpu_ms:.2f} ms"]
         if r.items_per_s is not None:
-            parts.append(f"{r.items_per_s:,.0f} {self.item_name}/s")
+            parts.append(f"{si(r.items_per_s)} {self.item_name}/s")  # 421 k, not 420,783
         if r.tflops is not None:
-            parts.append(f"{r.tflops:,.1f} TFLOP/s")
+            parts.append(si(r.tflops * 1e12, "FLOP/s"))  # 185 TFLOP/s on a GPU, 78.4 MFLOP/s on a CPU
         if r.mfu is not None:
             parts.append(f"MFU {r.mfu:.1%}")
         if r.nvml_util is not None:

@@ -78,12 +78,19 @@ def _fits_flat(labels: Sequence[str], fig_width_in: float) -> bool:
 def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, title: str = "",
          colors: Sequence[str] | None = None, fmt: str | Callable[[float], str] = "{:.1f}",
          ref: Sequence[float | None] | None = None, ref_label: str = "reference GPU", label: str = "this run",
-         legend: Sequence[tuple[str, str]] | None = None, err: Sequence[tuple[float, float] | None] | None = None):
+         legend: Sequence[tuple[str, str]] | dict[str, str] | None = None,
+         err: Sequence[tuple[float, float] | None] | None = None,
+         yerr: tuple[Sequence[float], Sequence[float]] | None = None):
     """A labelled bar chart; `ref` adds the reference GPU's values beside ours.
 
     `fmt`: a format string or a function for the value on each bar. `label` names our bars in the legend;
     `legend` ((name, colour), ...) names each colour instead, for bars coloured by what they are. `err`: each of
-    our bars' interval (lo, hi), drawn as an error bar with the value above its cap."""
+    our bars' interval (lo, hi), drawn as an error bar with the value above its cap; `yerr` (below, above) is the
+    same given as distances from each value, as matplotlib takes it."""
+    if yerr is not None and err is None:
+        err = [None if v is None else (v - lo, v + hi) for v, lo, hi in zip(values, yerr[0], yerr[1])]
+    if isinstance(legend, dict):
+        legend = list(legend.items())
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.4))
     text = fmt if callable(fmt) else fmt.format
     xs = range(len(labels))
@@ -125,17 +132,21 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, 
 def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", reference: Iterable | None = None):
     """MFU (datasheet peak) of each side of each comparison; with `reference`, the reference GPU's beside.
 
-    A side that several comparisons share (every fix measured against the same slow loop) is drawn once, and a
-    bar is labelled by its side alone unless two different bars would then read the same."""
+    A side that several comparisons share is drawn once, from its first measurement: the same label on the same
+    work (FLOPs and items per call), as when every fix of a chain is measured against the previous fix's side or
+    against the same slow loop. A bar is labelled by its side alone unless two different bars would then read
+    the same; the legend names the before and after colours."""
     cs = [_cmp(c) for c in comparisons]
     rs = {r.name: r for r in (_cmp(c) for c in reference)} if reference is not None else None
     entries: list[tuple[str, str, float | None, float | None, str]] = []  # (side, comparison, ours, ref, colour)
+    seen: set[tuple[str, float | None, float | None]] = set()
     for c in cs:
         for side, color in (("before", BEFORE), ("after", AFTER)):
             run = getattr(c, side)
             ours = None if run.mfu is None else run.mfu * 100
-            if any(e[0] == run.label and e[2] == ours for e in entries):
-                continue  # the same run, already drawn
+            if (run.label, run.flops, run.items) in seen:
+                continue  # the same side, already drawn
+            seen.add((run.label, run.flops, run.items))
             r = getattr(rs.get(c.name), side, None) if rs is not None else None
             entries.append((run.label, c.name, ours, None if r is None or r.mfu is None else r.mfu * 100, color))
     names = [e[0] for e in entries]
@@ -230,20 +241,29 @@ def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, 
 
 def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", title: str = "one change at a time",
               ref: Sequence[tuple[str, float]] | None = None):
-    """Throughput after each cumulative change, each bar annotated with its gain over the previous one."""
+    """Throughput after each cumulative change, each bar annotated with its gain over the previous one; the
+    starting point in BEFORE's colour, every change in AFTER's, both named in the legend."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter
+
     labels = [s[0] for s in steps]
     vals = [s[1] for s in steps]
     fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(steps) + 2), 4))
-    bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1), label="this run")
+    bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1))
     for i, (rect, v) in enumerate(zip(bars_, vals)):
         gain = "" if i == 0 or not vals[i - 1] else f"\n{v / vals[i - 1]:.2f}x"
-        ax.annotate(f"{si(v)}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), ha="center",
-                    va="bottom", fontsize=7)
+        ax.annotate(f"{si(v)}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), xytext=(0, 3),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    handles = [Patch(color=BEFORE, label=f"this run: {labels[0]}" if labels else "this run")]
+    if len(vals) > 1:
+        handles.append(Patch(color=AFTER, label="this run: after each change"))
     if ref:
         rmap = dict(ref)
-        ax.scatter(range(len(labels)), [rmap.get(lbl) for lbl in labels], marker="_", s=400, color="k",
-                   label="reference GPU", zorder=3)
-        ax.legend(fontsize=8)
+        handles.append(ax.scatter(range(len(labels)), [rmap.get(lbl) for lbl in labels], marker="_", s=400,
+                                  color="k", label="reference GPU", zorder=3))
+    ax.legend(handles=handles, fontsize=8, loc="upper left")
+    ax.margins(y=0.2)  # room above the tallest bar for its two-line value
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -280,7 +300,12 @@ def tracker_figure(tracker: Any):
         ys = [float(y) for ln in a2.lines for y in ln.get_ydata() if y is not None and y == y]
         a2.set_ylim(0, 1.15 * max(ys + [1e-9]))
     if len(a2.get_legend_handles_labels()[0]) > 1:  # one line: its axis label names it
-        a2.legend(fontsize=7, loc="lower right")
+        a2.legend(fontsize=7, loc="best")  # clear of the curves
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    for ax in (a1, a2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))  # 30 k samples/s, not 30000
     a2.set_xlabel("step")
     a2.grid(alpha=0.3)
     last = ""
@@ -338,13 +363,13 @@ def memory_timeline(profile: Any, *, title: str = "memory over one training step
         _no_data(ax, profile.note or "no memory timeline recorded")
         return fig
     cats = list(MEMORY_COLORS)
-    ax.stackplot(profile.times_ms, *[[v / 2**20 for v in profile.by_category[c]] for c in cats],
+    ax.stackplot(profile.times_ms, *[[v / 1e9 for v in profile.by_category[c]] for c in cats],
                  labels=cats, colors=[MEMORY_COLORS[c] for c in cats], alpha=0.8, step="post")
     ax.axvline(profile.peak_ms, color="k", ls=":", lw=1)
-    ax.annotate(f"peak {sig(profile.peak_bytes / 2**20)} MiB", (profile.peak_ms, profile.peak_bytes / 2**20),
+    ax.annotate(f"peak {si(profile.peak_bytes, 'B')}", (profile.peak_ms, profile.peak_bytes / 1e9),  # as in the text
                 xytext=(5, -12), textcoords="offset points", fontsize=8)
     ax.set_xlabel("ms since the step began")
-    ax.set_ylabel("MiB")
+    ax.set_ylabel("GB")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)

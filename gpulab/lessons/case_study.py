@@ -258,21 +258,30 @@ def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: 
         return
     ref_mfu = {r["label"]: r.get("mfu_bf16_peak") for r in ref_rows}
     labels = [s.label for s in steps]
-    plots.bars(labels, [100 * s.mfu for s in steps], ylabel="MFU (% of dense BF16 peak)",
-               title="MFU after each change (one yardstick: the BF16 peak)",
-               ref=[100 * ref_mfu[lb] if ref_mfu.get(lb) is not None else None for lb in labels] if ref_rows else None)
+    ref_vals = [100 * ref_mfu[lb] if ref_mfu.get(lb) is not None else None for lb in labels] if ref_rows else None
+    fig = plots.bars(labels, [100 * s.mfu for s in steps], ylabel="MFU (% of dense BF16 peak)",
+                     title="MFU after each change (one yardstick: the BF16 peak)",
+                     colors=[plots.BEFORE] + [plots.AFTER] * (len(steps) - 1),  # the tokens/s chart's colours
+                     legend={f"this run: {labels[0]}": plots.BEFORE, "this run: after each change": plots.AFTER},
+                     ref=ref_vals)
+    fig.set_size_inches(max(7, 0.9 * len(steps) + 2), 4)  # as wide as the tokens/s chart
+    fig.tight_layout()
     plt.show()
 
 
 def loss_figure(naive_losses: list[float], final_losses: list[float]) -> None:
     """The two loss curves of the written-out steps, one line each (no per-step markers)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from ..display import plots
 
     fig, ax = plt.subplots(figsize=(7, 3.4))
     steps = range(1, len(naive_losses) + 1)
-    ax.plot(steps, naive_losses, label="naive step (FP32)", color="#888888")
-    ax.plot(steps, final_losses, label="final step (BF16 autocast, compiled)", color="#1f77b4", ls="--")
+    ax.plot(steps, naive_losses, label="naive step (FP32)", color=plots.BEFORE)  # colours as in the bars
+    ax.plot(steps, final_losses, label="final step (BF16 autocast, compiled)", color=plots.AFTER, ls="--")
     ax.set(xlabel="optimizer step", ylabel="training loss", title="same weights, same batches: the loss")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

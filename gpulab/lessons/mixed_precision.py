@@ -279,8 +279,11 @@ def loss_figure(losses: dict[str, list[float]], seed1: list[float], title: str =
     b.set(xlabel="optimizer step", ylabel=f"loss - FP32's ({k}-step mean)", title="distance to FP32's curve")
     for ax in (a, b):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    # One legend under both panels, in a size the page can show (two 7-point legends were unreadable).
+    handles, labels = a.get_legend_handles_labels()
+    band_h, band_l = b.get_legend_handles_labels()
+    fig.legend(handles + band_h[:1], labels + band_l[:1], loc="lower center", ncols=5, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
 
 
@@ -300,8 +303,8 @@ def step_figure(rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]] | Non
         vals = [r[key] * k if r[key] is not None else 0 for r in rows]
         bars = ax.bar([LABELS[r["key"]] for r in rows], vals, color=[COLORS[r["key"]] for r in rows])
         for rect, v, r in zip(bars, vals, rows):
-            ax.annotate("n/a" if r[key] is None else fmt(v), (rect.get_x() + rect.get_width() / 2, v),
-                        ha="center", va="bottom", fontsize=8)
+            ax.annotate("n/a" if r[key] is None else fmt(v), (rect.get_x() + rect.get_width() / 2, v), xytext=(0, 3),
+                        textcoords="offset points", ha="center", va="bottom", fontsize=8)  # clear of the tick
         xs = [ref.get(r["key"], {}).get(key) for r in rows]
         if any(xs):
             ax.scatter([i for i, v in enumerate(xs) if v], [v * k for v in xs if v], marker="_", s=400, color="k",
@@ -310,6 +313,7 @@ def step_figure(rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]] | Non
         if not any(vals):
             ax.text(0.5, 0.6, "needs a GPU", ha="center", transform=ax.transAxes, color="#666")
         ax.set(ylabel=ylabel, title=title)
+        ax.margins(y=0.15)  # room for the values above the bars and the legend
         for t in ax.get_xticklabels():
             t.set(rotation=30, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
