@@ -297,7 +297,7 @@ def step_figure(rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]] | Non
     the reference GPU's values as black ticks where its rows carry the same keys."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)  # stacked: full width at the page's size
     ref = {x.get("key"): x for x in ref_rows or []}
     for ax, (key, k, ylabel, title, fmt) in zip(axes, PANELS):
         vals = [r[key] * k if r[key] is not None else 0 for r in rows]
@@ -314,9 +314,9 @@ def step_figure(rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]] | Non
             ax.text(0.5, 0.6, "needs a GPU", ha="center", transform=ax.transAxes, color="#666")
         ax.set(ylabel=ylabel, title=title)
         ax.margins(y=0.15)  # room for the values above the bars and the legend
-        for t in ax.get_xticklabels():
-            t.set(rotation=30, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
+    for t in axes[-1].get_xticklabels():  # the panels share the precisions: named once, under the last
+        t.set(rotation=20, ha="right", rotation_mode="anchor", fontsize=9)
     fig.tight_layout()
     return fig
 
