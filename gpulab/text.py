@@ -45,6 +45,12 @@ def ratio(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{sig(x, digits)}x"
 
 
+def power_of_two(x: float) -> str:
+    """A scale factor as a reader writes it: power_of_two(2**-10) -> '2^-10'; other numbers (and 1) as '%g'."""
+    e = math.log2(x) if x > 0 else 0.5
+    return f"2^{e:.0f}" if e.is_integer() and e != 0 else f"{x:g}"
+
+
 def plural(n: float, word: str, plural_form: str | None = None) -> str:
     """'1 kernel', '3 kernels' (an irregular plural via `plural_form`)."""
     many = plural_form or (word + "es" if word.endswith(("s", "x", "ch", "sh")) else word + "s")

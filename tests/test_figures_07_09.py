@@ -74,8 +74,8 @@ def test_mfu_keeps_two_sides_of_the_same_label_on_different_work():
 def test_bars_put_each_value_above_its_interval_and_name_every_colour():
     fig = plots.bars(["GPU-bound\nours", "GPU-bound\nguide §8.4", "launch-bound\nours", "launch-bound\nguide §8.4"],
                      [-0.2, 4.8, 0.2, -6.9], ylabel="% slower than no tracker", fmt="{:+.1f}",
-                     colors=[plots.AFTER, plots.BEFORE] * 2, yerr=([0.2, 5.3, 5.8, 11.4], [0.2, 5.4, 5.7, 11.3]),
-                     legend={"gpulab tracker": plots.AFTER, "guide §8.4 tracker": plots.BEFORE})
+                     colors=[plots.AFTER, plots.BEFORE] * 2, err=[(-0.4, 0.0), (-0.5, 10.2), (-5.6, 5.9), (-18.3, 4.4)],
+                     legend=[("gpulab tracker", plots.AFTER), ("guide §8.4 tracker", plots.BEFORE)])
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.texts] == ["-0.2", "+4.8", "+0.2", "-6.9"]
     assert [t.xy[1] for t in ax.texts] == pytest.approx([0.0, 10.2, 5.9, 4.4])  # the top of each interval
@@ -118,7 +118,7 @@ def test_case_study_draws_the_naive_loop_in_one_colour_in_both_charts(monkeypatc
 
 def test_tables_beside_the_figures_write_three_significant_figures():
     from gpulab.traces import TimeBreakdown
-    from gpulab.training.numerics import _times
+    from gpulab.text import power_of_two as _times
 
     assert _times(2.0**-10) == "2^-10" and _times(1.0) == "1" and _times(0.3) == "0.3"
     html = TimeBreakdown(steps=2, window_ms=659.234, ms={"kernels": 652.416, "idle: after a sync": 0.0},

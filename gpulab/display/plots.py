@@ -78,19 +78,12 @@ def _fits_flat(labels: Sequence[str], fig_width_in: float) -> bool:
 def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, title: str = "",
          colors: Sequence[str] | None = None, fmt: str | Callable[[float], str] = "{:.1f}",
          ref: Sequence[float | None] | None = None, ref_label: str = "reference GPU", label: str = "this run",
-         legend: Sequence[tuple[str, str]] | dict[str, str] | None = None,
-         err: Sequence[tuple[float, float] | None] | None = None,
-         yerr: tuple[Sequence[float], Sequence[float]] | None = None):
+         legend: Sequence[tuple[str, str]] | None = None, err: Sequence[tuple[float, float] | None] | None = None):
     """A labelled bar chart; `ref` adds the reference GPU's values beside ours.
 
     `fmt`: a format string or a function for the value on each bar. `label` names our bars in the legend;
     `legend` ((name, colour), ...) names each colour instead, for bars coloured by what they are. `err`: each of
-    our bars' interval (lo, hi), drawn as an error bar with the value above its cap; `yerr` (below, above) is the
-    same given as distances from each value, as matplotlib takes it."""
-    if yerr is not None and err is None:
-        err = [None if v is None else (v - lo, v + hi) for v, lo, hi in zip(values, yerr[0], yerr[1])]
-    if isinstance(legend, dict):
-        legend = list(legend.items())
+    our bars' interval (lo, hi), drawn as an error bar with the value above its cap."""
     fig, ax = plt.subplots(figsize=(max(5, 1.1 * len(labels) + 2), 3.4))
     text = fmt if callable(fmt) else fmt.format
     xs = range(len(labels))
@@ -308,15 +301,7 @@ def tracker_figure(tracker: Any):
     a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))  # 30 k samples/s, not 30000
     a2.set_xlabel("step")
     a2.grid(alpha=0.3)
-    last = ""
-    if rs:  # the last step, three significant figures a number
-        r = rs[-1]
-        parts = [f"step {r.step}", si(r.gpu_ms / 1e3, "s")]
-        parts += [si(r.items_per_s, f"{tracker.item_name}/s")] if r.items_per_s is not None else []
-        parts += [si(r.tflops * 1e12, "FLOP/s")] if r.tflops is not None else []
-        parts += [f"MFU {sig(r.mfu * 100)}%"] if r.mfu is not None else []
-        last = " | ".join(parts)
-    fig.suptitle(last, fontsize=9)
+    fig.suptitle(tracker.log_line(rs[-1]) if rs else "", fontsize=9)  # the last step, as a script's log reads it
     return fig
 
 

@@ -262,7 +262,7 @@ def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: 
     fig = plots.bars(labels, [100 * s.mfu for s in steps], ylabel="MFU (% of dense BF16 peak)",
                      title="MFU after each change (one yardstick: the BF16 peak)",
                      colors=[plots.BEFORE] + [plots.AFTER] * (len(steps) - 1),  # the tokens/s chart's colours
-                     legend={f"this run: {labels[0]}": plots.BEFORE, "this run: after each change": plots.AFTER},
+                     legend=[(f"this run: {labels[0]}", plots.BEFORE), ("this run: after each change", plots.AFTER)],
                      ref=ref_vals)
     fig.set_size_inches(max(7, 0.9 * len(steps) + 2), 4)  # as wide as the tokens/s chart
     fig.tight_layout()

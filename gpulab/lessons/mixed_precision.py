@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..claims import Claim, Estimate
-from ..text import pct, ratio, si
+from ..text import pct, power_of_two, ratio, si
 from ..training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
 
 TENSOR_CORES = ("cuda", "bf16")  # a CUDA GPU with TF32 and BF16 tensor cores: compute capability 8.0 or newer
@@ -326,8 +326,7 @@ def small_gradient_figure(fp32: list[float], small: dict[str, list[float]], mult
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    steps, e = range(1, len(fp32) + 1), math.log2(multiplier)
-    times = f"2^{e:.0f}" if e.is_integer() else f"{multiplier:g}"  # 2^-10 rather than 0.000976562
+    steps, times = range(1, len(fp32) + 1), power_of_two(multiplier)  # 2^-10 rather than 0.000976562
     ax.plot(steps, fp32, color=COLORS["fp32"], lw=1.2, label="FP32 (loss x 1)")
     for m, ys in small.items():
         ax.plot(steps, ys, color=COLORS[m], lw=1.2, label=f"{LABELS[m]} (loss x {times})")

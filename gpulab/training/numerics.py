@@ -13,7 +13,7 @@ import torch
 from ..device import as_torch_device, check_dtype, float32_matmul_precision
 from ..workloads import GPTConfig, TokenDataset
 from ..dtypes import torch_dtype
-from ..text import pct, sig
+from ..text import pct, power_of_two, sig
 from .config import TrainConfig
 from .trainer import build_model
 
@@ -116,14 +116,8 @@ class UnderflowReport:
                 return sig(v)
             return html.escape(f"{v:g}" if isinstance(v, float) else str(v))
         body = "".join("<tr>" + "".join(f"<td>{fmt(k, r.get(k))}</td>" for k in keys) + "</tr>" for r in self.rows)
-        return (f"<div><b>Gradient underflow</b> (loss x {_times(self.loss_multiplier)}, {self.device}; "
+        return (f"<div><b>Gradient underflow</b> (loss x {power_of_two(self.loss_multiplier)}, {self.device}; "
                 f"'zeroed' = non-zero in FP32, exactly zero here)<table><tr>{head}</tr>{body}</table></div>")
-
-
-def _times(m: float) -> str:
-    """A loss multiplier as written in the text: 2^-10 rather than 0.000976562."""
-    e = math.log2(m) if m > 0 else 0.5
-    return f"2^{e:.0f}" if e.is_integer() and e != 0 else f"{m:g}"
 
 
 def gradient_underflow(model_cfg: GPTConfig, tokens: torch.Tensor, *, batch_size: int, seq_len: int | None = None,
@@ -215,6 +209,6 @@ def plot_underflow(report: UnderflowReport, title: str = "", *, bar_color: str =
         ax.set_title(f"{name}: {pct(below / total)} below FP16's smallest number", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(title or f"gradient magnitudes (loss x {_times(report.loss_multiplier)})")
+    fig.suptitle(title or f"gradient magnitudes (loss x {power_of_two(report.loss_multiplier)})")
     fig.tight_layout()
     return fig
