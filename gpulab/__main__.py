@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
     if why:
         print(why, file=sys.stderr)
     course = run_course(args.notebooks, smoke=smoke, out=args.out, compare=args.compare, timeout_s=args.timeout,
-                        parameters=params, html=args.html, show_all=args.all)
+                        parameters=params, html=args.html, show_all=args.all,
+                        as_reference=args.as_reference)
     for r in course.runs:
         status = "ok  " if r.ok else "FAIL"
         print(f"{status} {r.notebook:<22} {r.seconds:6.1f} s  {r.output}" + (f"\n     {r.error}" if r.error else ""))
@@ -268,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--html", action="store_true", help="also write each executed notebook as HTML beside it")
     p.add_argument("--all", action="store_true", help="summarise the latest result of every notebook "
                    "(data/results/<gpu>/, each with its date), not only this run's")
+    p.add_argument("--as-reference", action="store_true", help="this run becomes the reference GPU's reference "
+                   "(full sizes, on that GPU only): its pages show no older reference beside them")
     p.set_defaults(func=_run)
     p = sub.add_parser("summary", help="summary.md and summary.png from a folder of result JSON files")
     p.add_argument("results", type=_folder, help="a folder of result files, e.g. runs/<date-time>/results/<gpu>")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from .claims import Claim
 from .device import DeviceInfo, get_device
 from .dtypes import dtype_support
-from .results import NotebookResult, load_reference
+from .results import NotebookResult, load_reference, making_reference
 
 # What a claim may need, and how to tell whether this run has it: need -> (test(lesson) -> reason or None).
 NEEDS: dict[str, Callable[[Lesson], str | None]] = {}
@@ -239,7 +239,8 @@ class Lesson:
             "<i>n/a</i>, the claims about them are marked <i>not tested</i>, and the reference GPU's numbers are "
             "shown beside ours where they exist.</p>")
         ref = (f"reference: {self.reference['device']['name']}" if self.reference and self.reference.get("device")
-               else "no reference result for this notebook")
+               else "this run is the reference run: other GPUs' pages show its numbers beside theirs"
+               if making_reference() else "no reference result for this notebook")
         import html as _html
 
         device = (f"<details><summary>device: {_html.escape(str(self.device.name))} (the details: click)</summary>"

@@ -21,6 +21,7 @@ from .claims import match_claims
 SCHEMA_VERSION = 1
 REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on
 REQUIRED_KEYS = ("notebook", "device", "smoke", "experiments", "claims")
+AS_REFERENCE_ENV = "GPULAB_AS_REFERENCE"  # set by `gpulab run --as-reference` for the notebooks it starts
 
 
 def data_dir() -> Path:
@@ -244,8 +245,19 @@ def reference_dir(slug: str | None = None) -> Path:
     return data_dir() / "reference" / (slug or REFERENCE_SLUG)
 
 
+def making_reference() -> bool:
+    """True while this run is the reference GPU's new reference run (`gpulab run --as-reference`).
+
+    Such a run is shown beside nothing: its pages become the reference, so they must not show the older
+    reference run of the same GPU (perhaps of other code) as if it were another GPU's numbers.
+    """
+    return os.environ.get(AS_REFERENCE_ENV) == "1"
+
+
 def load_reference(notebook: str, slug: str | None = None) -> dict[str, Any] | None:
-    """The reference GPU's result for `notebook`, or None when there is none (yet)."""
+    """The reference GPU's result for `notebook`, or None when there is none (yet) or this run is making it."""
+    if making_reference() and (slug or REFERENCE_SLUG) == REFERENCE_SLUG:
+        return None
     path = reference_dir(slug) / f"{notebook}.json"
     if not path.exists():
         return None
@@ -304,6 +316,9 @@ class ReferenceView:
     def _repr_html_(self) -> str:
         dev = self.mine["device"]["name"]
         if not self.reference:
+            if making_reference():
+                return (f"<p>This run is the reference run of {self.mine['notebook']}: on other GPUs, its numbers "
+                        "are the reference column.</p>")
             return f"<p>No reference run is committed for {self.mine['notebook']} yet.</p>"
         rdev = self.reference["device"]["name"]
         body = "".join(f"<tr><td style='text-align:left'>{a}</td><td>{b}</td><td>{c}</td></tr>"

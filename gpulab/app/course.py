@@ -318,7 +318,7 @@ def _result_of(results: Path, stem: str, since: float) -> Path | None:
 def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path | str | None = None,
                compare: Path | str | None = None, results: Path | str | None = None, progress: bool = True,
                timeout_s: int | None = None, parameters: Mapping[str, Any] | None = None, html: bool = False,
-               show_all: bool = False) -> CourseRun:
+               show_all: bool = False, as_reference: bool = False) -> CourseRun:
     """Run the chosen notebooks headless (one failure does not stop the rest), then write the summary.
 
     Args:
@@ -329,14 +329,23 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
         parameters: notebook parameters by name (each checked against the notebooks' schemas).
         html: also write each executed notebook as HTML beside it.
         show_all: summarise the latest result of every notebook (data/results/<gpu>/), not only this run's.
+        as_reference: this run becomes the reference GPU's reference (full sizes, on that GPU only): its pages
+            show no older reference beside them.
     """
     from ..device import get_device
+    from ..results import AS_REFERENCE_ENV, REFERENCE_SLUG
 
     chosen = notebooks(selection)
     positive_int("timeout_s", timeout_s, allow_none=True)
     compare = check_reference_dir(compare)
     ref_problems = reference_problems(compare)
     per_notebook = notebook_parameters(chosen, dict(parameters or {}), smoke)
+    if as_reference:
+        if smoke:
+            raise ValueError("as_reference=True needs full sizes: a reference run is never a smoke run")
+        if get_device().slug != REFERENCE_SLUG:
+            raise ValueError(f"as_reference=True runs only on the reference GPU ({REFERENCE_SLUG}); this is "
+                             f"{get_device().slug}: its run is shown beside the reference instead")
     if html:
         from .html_export import check_available
         check_available()
@@ -349,6 +358,7 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     slug = get_device().slug
     env = {"GPULAB_RESULTS": str(run_results.resolve()), "GPULAB_RUN_ID": out.resolve().name + f"-{os.getpid()}"}
     env |= {k: os.environ.get(k, v) for k, v in QUIET_ENV.items()}
+    env[AS_REFERENCE_ENV] = "1" if as_reference else ""
 
     with run_lock(out):
         return _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compare, ref_problems,

@@ -1,0 +1,32 @@
+"""A reference run on the reference GPU is shown beside nothing older: its pages become the reference."""
+from __future__ import annotations
+
+import pytest
+
+from gpulab.results import AS_REFERENCE_ENV, REFERENCE_SLUG, NotebookResult, load_reference, reference_view
+
+
+def test_a_reference_run_loads_no_older_reference_of_its_own_gpu(monkeypatch):
+    assert load_reference("01_measuring") is not None  # committed
+    monkeypatch.setenv(AS_REFERENCE_ENV, "1")
+    assert load_reference("01_measuring") is None
+    assert load_reference("01_measuring", slug=REFERENCE_SLUG) is None
+    assert load_reference("01_measuring", slug="nvidia-h200") is not None  # another GPU's folder is still there
+
+
+def test_the_reference_view_of_a_reference_run_says_so(monkeypatch):
+    mine = NotebookResult("01_measuring", smoke=False)
+    monkeypatch.setenv(AS_REFERENCE_ENV, "1")
+    assert "is the reference run" in reference_view(mine)._repr_html_()
+    monkeypatch.setenv(AS_REFERENCE_ENV, "")
+    assert "reference:" in reference_view(mine)._repr_html_()
+
+
+def test_as_reference_is_refused_off_the_reference_gpu_and_at_smoke_sizes(tmp_path):
+    from gpulab.app.course import run_course
+
+    with pytest.raises(ValueError, match="as_reference=True needs full sizes"):
+        run_course(["01"], smoke=True, out=tmp_path / "r", as_reference=True)
+    with pytest.raises(ValueError, match="runs only on the reference GPU"):  # this machine is not an H100
+        run_course(["01"], smoke=False, out=tmp_path / "r", as_reference=True)
+    assert not (tmp_path / "r").exists()  # refused before any work
