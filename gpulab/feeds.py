@@ -190,35 +190,61 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   kind: str = "optimisation", window_s: float | None = None) -> Comparison:
     """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
     `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
-    queue, so neither side counts batches its workers loaded while the other side ran. `Comparison.estimate()`
-    pairs the windows (drift cancels in each pair's ratio); `Comparison.throughput_ratio()` sets the two sides'
-    spreads against each other; neither uses the per-call median. `window_s`: each interleaved window's seconds
-    (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of `min_time_s` elsewhere)."""
+    queue, so neither side counts batches its workers loaded while the other side ran. Both loaders stay alive,
+    so before each window the other side's workers are given the time to refill their queue (`refill_s`): idle
+    workers of one loader then take no CPU from the one being timed (when they did, the side with the deeper
+    queue stole more of the other's window, and a no-op change read 1.14x on one run and 0.90x on the next).
+    `Comparison.estimate()` pairs the windows (drift cancels in each pair's ratio); `Comparison.throughput_ratio()`
+    sets the two sides' spreads against each other; neither uses the per-call median. `window_s`: each interleaved
+    window's seconds (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of
+    `min_time_s` elsewhere)."""
     dev = device if hasattr(device, "is_cuda") else get_device()
     _check_int("rounds", rounds, 0)
     checks.positive_float("window_s", window_s, allow_none=True)
     b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,
                      dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
+    _sleep(refill_s(before, b.measurement, batches_per_call))
     a = measure_feed(after, batches_per_call, label=after_label, items=items, rounds=0, flops=flops,
                      dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
     waits = {id(b): list(b.measurement.meta["data_wait_s_per_batch"]),
              id(a): list(a.measurement.meta["data_wait_s_per_batch"])}
     round_s = _feed_window_s(window_s, min_time_s, dev)
+    last = (after, a.measurement)  # the side timed last, whose workers now refill its queue
     for i in range(rounds):
         sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
         for feed, run in sides:
+            if last[0] is not feed:
+                _sleep(refill_s(last[0], last[1], batches_per_call))
             extra = _window(feed, batches_per_call, round_s, dev.torch_device, waits[id(run)])
             run.measurement = run.measurement.merged(extra)
             run.measurement.meta["interleaved_rounds"] = i + 1
+            last = (feed, extra)
     for run in (b, a):
         run.measurement.meta["data_wait_s_per_batch"] = waits[id(run)]
     return Comparison(name=name, before=b, after=a, device=dev.name, kind=kind)
 
 
+_sleep = time.sleep  # replaced in tests
+REFILL_MAX_S = 3.0  # a loader slower than this to refill its queue is starved anyway: its workers never idle
+
+
+def refill_s(feed: Feed, measured: Any, batches_per_call: int, margin: float = 1.5) -> float:
+    """Seconds `feed`'s workers need to fill its queue again after a timed window: its `queue_capacity` at the
+    window's mean rate (calls of `batches_per_call` batches over their summed time; the median call of a bursty
+    queue looks faster than the loop runs), times `margin`, at most REFILL_MAX_S; 0 without a queue."""
+    times = list(getattr(measured, "times_s", None) or [])
+    total = sum(times)
+    if not feed.queue_capacity or total <= 0:
+        return 0.0
+    batches_per_s = batches_per_call * len(times) / total
+    return min(REFILL_MAX_S, margin * feed.queue_capacity / batches_per_s)
+
+
 def compare_worker_counts(dataset: Dataset, step: Callable[[Any, Any], Any], before: int, after: int, *, name: str,
                           batch_size: int, pin_memory: bool, batches_per_call: int, flops_per_sample: float,
                           device: Any, **timing: Any) -> Comparison:
-    """Two worker counts feeding `step`, both loaders alive, in interleaved windows (`compare_feeds`'s `timing`)."""
+    """Two worker counts feeding `step`, both loaders alive, in interleaved windows (`compare_feeds`'s `timing`;
+    each window waits for the other loader's queue to refill first)."""
     n, kw = batches_per_call * batch_size, dict(batch_size=batch_size, pin_memory=pin_memory)
     with Feed(endless_loader(dataset, num_workers=before, **kw), step, device.torch_device) as f_before, \
          Feed(endless_loader(dataset, num_workers=after, **kw), step, device.torch_device) as f_after:

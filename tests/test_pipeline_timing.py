@@ -134,3 +134,36 @@ def test_pipeline_mfu_uses_the_window_not_the_median_call():
     assert feeds.pipeline_mfu(run) == pytest.approx(10e12 / 10 * 40 / 1e15)  # 4%
     assert run.mfu == pytest.approx(feeds.pipeline_mfu(run))  # a pipeline's core MFU uses the window too
     assert feeds.pipeline_mfu(RunResult("x", m)) is None
+
+
+class _Queued:
+    """An endless source with a DataLoader's queue attributes (num_workers × prefetch_factor batches ready)."""
+
+    def __init__(self, batches, num_workers: int, prefetch_factor: int):
+        self.batches, self.num_workers, self.prefetch_factor = batches, num_workers, prefetch_factor
+
+    def __iter__(self):
+        return feeds.cycle(self.batches)
+
+
+def test_refill_time_is_the_queue_at_the_window_mean_rate():
+    from gpulab.timing import Measurement
+
+    f = feeds.Feed(_Queued([None], 4, 2), lambda x, y: None, "cpu")
+    m = Measurement("w", [0.1, 0.1, 0.4])  # 3 calls of 2 batches in 0.6 s: 10 batches/s (the median says 20)
+    assert feeds.refill_s(f, m, 2) == pytest.approx(1.5 * 8 / 10)
+    assert feeds.refill_s(f, Measurement("w", [10.0]), 2) == feeds.REFILL_MAX_S
+    assert feeds.refill_s(feeds.Feed(feeds.cycle([None]), lambda x, y: None, "cpu"), m, 2) == 0.0  # no queue
+
+
+def test_compare_feeds_lets_the_other_loader_refill_before_each_window(monkeypatch):
+    slept = []
+    monkeypatch.setattr(feeds, "_sleep", slept.append)
+    batches = dl.random_image_batches(2, 4, 8)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
+    step = dl.cnn_train_step(model, "cpu")
+    with feeds.Feed(_Queued(batches, 2, 2), step, "cpu") as a, feeds.Feed(_Queued(batches, 2, 4), step, "cpu") as b:
+        feeds.compare_feeds(a, b, 2, name="factor 2 -> 4", items=8, rounds=2, min_time_s=0.02)
+    # main a | wait | main b | wait | a | wait | b ; b | wait | a: a wait at every switch of side, none between
+    # two windows of the same side
+    assert len(slept) == 4 and all(0 < s <= feeds.REFILL_MAX_S for s in slept)
