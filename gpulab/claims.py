@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .text import sig
+
 VERDICTS = ("confirmed", "refuted", "inconclusive", "not comparable", "not tested")
 EVIDENCE = ("measured", "arithmetic", "datasheet", "definition")
 
@@ -205,7 +207,8 @@ class Claim:
     @property
     def expected(self) -> str:
         """The band as text, e.g. ">= 1.3x" or "40-60%"."""
-        u = "" if self.unit in ("x", "%") else f" {self._unit(self.low if self.low == self.high else None)}"
+        one = self.high if self.low is None else self.low if self.high is None or self.low == self.high else None
+        u = "" if self.unit in ("x", "%") else f" {self._unit(one)}"  # ">= 1 sync per step", "2-3 kernels"
         sfx = "x" if self.unit == "x" else ("%" if self.unit == "%" else "")
         if self.low is not None and self.high is not None:
             if self.low == self.high:
@@ -273,15 +276,20 @@ class Claim:
             kw.pop("verdict", None)
         return cls(**kw)
 
+    def _num(self, v: float) -> str:
+        """A ratio or a percentage at three significant figures (3.00x, 46.0%); a count or another unit as %.3g
+        (8 kernels, 3 points)."""
+        return sig(v) if self.unit in ("x", "%") else f"{v:.3g}"
+
     def _fmt(self, v: float) -> str:
-        return f"{v:.3g}" + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self._unit(v)}")
+        return self._num(v) + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self._unit(v)}")
 
     def _measured_str(self) -> str:
         if self.measured is None:
             return "—"
         s = self._fmt(self.measured)
         if self.interval and self.interval[0] != self.interval[1]:
-            s += f" [{self.interval[0]:.3g}, {self.interval[1]:.3g}]"
+            s += f" [{self._num(self.interval[0])}, {self._num(self.interval[1])}]"
         return s
 
     def __repr__(self) -> str:

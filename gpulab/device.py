@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .peaks import MeasuredPeaks
 
 from .dtypes import DTYPES, check_dtype  # noqa: F401 (one source; these names stay importable here)
+from .text import si
 
 
 def usable_cores() -> int:
@@ -210,8 +211,9 @@ class DeviceInfo:
                      ("memory", "n/a" if self.memory_gb is None else f"{self.memory_gb:.1f} GB"), ("driver", self.driver)]
             if self.datasheet_peaks:
                 ds = self.datasheet_peaks
-                rows += [(f"datasheet {k.upper()}", f"{v:g} TFLOP/s") for k, v in ds.tflops.items()]
-                rows += [("datasheet memory bandwidth", f"{ds.bandwidth_gbs:g} GB/s"), ("peaks source", ds.source)]
+                # three significant figures in the page's units (3.35 TB/s, not 3350 GB/s)
+                rows += [(f"datasheet {k.upper()}", si(v * 1e12, "FLOP/s")) for k, v in ds.tflops.items()]
+                rows += [("datasheet memory bandwidth", si(ds.bandwidth_gbs * 1e9, "B/s")), ("peaks source", ds.source)]
         if self.note:
             rows.append(("note", self.note))
         body = "".join(f"<tr><th style='text-align:left'>{k}</th><td style='text-align:left'>{v}</td></tr>"

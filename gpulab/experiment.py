@@ -8,6 +8,7 @@ from typing import Any, Callable
 from . import checks
 from .claims import Claim, Estimate, as_number, median_interval
 from .text import pct, si
+from .text import ratio as _ratio
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
@@ -225,12 +226,12 @@ class Comparison:
         if self.work_differs:
             rate = f"{self.after.item_name}/s"
             if self.within_noise:
-                return f"within noise ({rate} {h.value:.2f}x)"
-            s = f"{rate} {h.value:.2f}x higher" if h.value >= 1 else f"{rate} {1 / h.value:.2f}x lower"
+                return f"within noise ({rate} {_ratio(h.value)})"
+            s = f"{rate} {_ratio(h.value)} higher" if h.value >= 1 else f"{rate} {_ratio(1 / h.value)} lower"
         else:
             if self.within_noise:
-                return f"within noise ({h.value:.2f}x)"
-            s = f"{h.value:.2f}x faster" if h.value >= 1 else f"{1 / h.value:.2f}x slower"
+                return f"within noise ({_ratio(h.value)})"
+            s = f"{_ratio(h.value)} faster" if h.value >= 1 else f"{_ratio(1 / h.value)} slower"
         why = "interval over 20%" if self.work_differs else "spread over 10%"
         return f"{s}, noisy ({why})" if self.noisy else s
 

@@ -13,6 +13,8 @@ import torch
 
 from . import checks
 from .claims import Estimate, median_interval
+from .text import ratio as _ratio
+from .text import sig
 
 NOISE_THRESHOLD = 0.10  # IQR over median above this is flagged as noisy, as torch.utils.benchmark does
 
@@ -154,12 +156,12 @@ class Measurement:
 
 
 def fmt_time(seconds: float) -> str:
-    """Seconds in the most readable unit."""
+    """Seconds in the most readable unit, at three significant figures (11.0 ms, not 11 ms)."""
     if seconds >= 1:
-        return f"{seconds:.3g} s"
+        return f"{sig(seconds)} s"
     if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} µs"
+        return f"{sig(seconds * 1e3)} ms"
+    return f"{sig(seconds * 1e6)} µs"
 
 
 def check_timeable(fn: Any, name: str = "fn") -> None:
@@ -297,8 +299,8 @@ class Speedup:
     def verdict(self) -> str:
         """One line: "N.NNx faster", "slower", "within noise" or "noisy"."""
         if self.within_noise:
-            return f"within noise ({self.ratio:.2f}x)"
-        s = f"{self.ratio:.2f}x faster" if self.ratio >= 1 else f"{1 / self.ratio:.2f}x slower"
+            return f"within noise ({_ratio(self.ratio)})"
+        s = f"{_ratio(self.ratio)} faster" if self.ratio >= 1 else f"{_ratio(1 / self.ratio)} slower"
         return f"{s}, noisy (spread over 10%)" if self.noisy else s
 
     def to_dict(self) -> dict[str, Any]:

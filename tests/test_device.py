@@ -70,7 +70,7 @@ def test_cpu_device_and_round_trip():
                       datasheet_peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
     back = DeviceInfo.from_dict(h100.to_dict())
     assert back == h100 and back.slug == "nvidia-h100-80gb-hbm3"
-    assert "989.4" in h100._repr_html_()
+    assert "989 TFLOP/s" in h100._repr_html_() and "3.35 TB/s" in h100._repr_html_()  # SI, 3 figures
 
 
 def test_check_dtype():

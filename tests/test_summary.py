@@ -194,7 +194,7 @@ def test_the_reference_view_matches_claims_on_their_key():
     mine["claims"][0].update(key="01.bf16", text="BF16 autocast is 2-3x faster (reworded)")
     ref["claims"][0].update(key="01.bf16", verdict="refuted", measured=1.5)
     rows = [r for r in ReferenceView(mine, ref).rows() if r[0].startswith("claim:")]
-    assert rows == [("claim: BF16 autocast is 2-3x faster (reworded)", "confirmed (2x)", "refuted (1.5x)")]
+    assert rows == [("claim: BF16 autocast is 2-3x faster (reworded)", "confirmed (2.00x)", "refuted (1.50x)")]
     mine["claims"][0].update(unit="kernels", measured=1)  # the claim's own spelling: "1 kernel", not "1 kernels"
     assert ReferenceView(mine, ref).rows()[-1][1] == "confirmed (1 kernel)"
 

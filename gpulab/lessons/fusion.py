@@ -219,7 +219,7 @@ def compile_time_ratio(a: dict[str, Any], b: dict[str, Any], spread: float = 1.5
 # ---------------------------------------------------------------- figures and the widget
 
 class _Sig(str):
-    """A bar-label format that writes three significant figures without exponents (2,940, 6.03)."""
+    """A bar-label format that writes three significant figures without exponents (2.94, 0.331)."""
 
     def format(self, v: float) -> str:  # type: ignore[override]
         return sig(v)
@@ -235,16 +235,18 @@ def bandwidth_figure(bandwidth: dict[str, float], ref: dict[str, Any] | None) ->
     useful = {k: v for k, v in bandwidth.items() if k not in ("eager_actual_traffic", "copy")}
     ref_bw = (ref or {}).get("extra", {}).get("gelu_bandwidth_gbs")
     labels = list(useful) + ["eager, all traffic"]
-    fig = plots.bars(labels, list(useful.values()) + [bandwidth["eager_actual_traffic"]], ylabel="GB/s",
-                     title="GELU: useful bytes / time, against the copy ceiling", fmt=_Sig(),
+    tb = lambda v: None if v is None else v / 1e3  # noqa: E731  GB/s -> TB/s, the page's unit for bandwidth
+    fig = plots.bars(labels, [tb(v) for v in useful.values()] + [tb(bandwidth["eager_actual_traffic"])],
+                     ylabel="TB/s", title="GELU: useful bytes / time, against the copy ceiling", fmt=_Sig(),
                      colors=[plots.BEFORE] + [plots.AFTER] * (len(useful) - 1) + ["#b8b8b8"],
-                     ref=[ref_bw.get(k) for k in useful] + [ref_bw.get("eager_actual_traffic")] if ref_bw else None)
+                     ref=[tb(ref_bw.get(k)) for k in useful] + [tb(ref_bw.get("eager_actual_traffic"))] if ref_bw
+                     else None)
     from matplotlib.patches import Patch
 
     ax = fig.axes[0]
-    line = ax.axhline(bandwidth["copy"], ls=":", color="k",
+    line = ax.axhline(tb(bandwidth["copy"]), ls=":", color="k",
                       label=f"device copy, this run: {si(bandwidth['copy'] * 1e9, 'B/s')}")
-    ax.set_ylim(0, 1.15 * max(bandwidth["copy"], ax.get_ylim()[1]))
+    ax.set_ylim(0, 1.15 * max(tb(bandwidth["copy"]), ax.get_ylim()[1]))
     for t in ax.texts:  # the values sit near the copy line: keep them readable over it
         t.set_bbox(dict(facecolor="white", edgecolor="none", pad=0.6, alpha=0.85))
     handles = [Patch(color=plots.BEFORE, label="eager, this run"), Patch(color=plots.AFTER, label="fused, this run"),
@@ -286,6 +288,7 @@ def modes_figure(cmp_graph: Any, sweep: Sequence[dict[str, Any]], ref: dict[str,
     """Time per forward and compile time of eager, the CUDA graph and each compile mode, this run's bars beside
     the reference GPU's."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     from ..display import plots
     from ..results import comparisons
@@ -296,18 +299,25 @@ def modes_figure(cmp_graph: Any, sweep: Sequence[dict[str, Any]], ref: dict[str,
     if not rows and not ref_rows:
         return
     names = list(dict.fromkeys(list(rows) + list(ref_rows)))
+    # eager in the notebook's eager colour, the graph and compiled modes in the fused one, as in 03's other figures
+    sides = [src for src in (rows, ref_rows) if src]  # no empty slots for a side that did not run
+    w = 0.8 / len(sides)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
     for ax, i, ylabel, scale in ((axes[0], 0, "ms per forward", 1e3), (axes[1], 1, "compile time (s)", 1)):
         shown = [n for n in names if any(src.get(n, (None, None))[i] for src in (rows, ref_rows))]  # eager: no compile
         xs = range(len(shown))
-        for dx, src, color, label in ((-0.2, rows, plots.AFTER, "this run"), (0.2, ref_rows, plots.REF,
-                                                                              "reference GPU")):
+        for k, src in enumerate(sides):
             vals = [(src.get(n, (None, None))[i] or 0) * scale for n in shown]
-            bars = ax.bar([p + dx for p in xs], vals, 0.4, color=color, label=label)
-            ax.bar_label(bars, labels=[f"{v:.3g}" if v else "" for v in vals], fontsize=7)
+            colors = [plots.REF if src is ref_rows else plots.BEFORE if n == "eager" else plots.AFTER for n in shown]
+            bars = ax.bar([p + (k - (len(sides) - 1) / 2) * w for p in xs], vals, w, color=colors)
+            ax.bar_label(bars, labels=[sig(v) if v else "" for v in vals], fontsize=7)
         ax.set_xticks(list(xs), shown, rotation=20, ha="right", fontsize=8)
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=8)
+        handles = [Patch(color=c, label=n) for c, n, drawn in (
+            (plots.BEFORE, "eager, this run", "eager" in shown and "eager" in rows),
+            (plots.AFTER, "graph or compiled, this run", bool(rows)), (plots.REF, "reference GPU", bool(ref_rows)))
+            if drawn]
+        ax.legend(handles=handles, fontsize=8)
     axes[0].set_title(title, fontsize=10)
     axes[1].set_title("first-call compile time of each mode", fontsize=10)
     plt.show()

@@ -256,10 +256,10 @@ def _busy(side: Any) -> float | None:
 
 def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str = "mfu", title: str = "") -> None:
     """One group of bars per experiment (short label -> comparison): before and after of this run, the reference
-    GPU's pair beside in grey, each bar with its value. metric: "mfu" (% of the datasheet peak) or "busy" (the
-    trace's GPU busy share of wall time). Nothing is drawn when neither this run nor the reference has a value; a
-    group whose four values are all zero (a copy alone: the trace's busy share counts kernels) is left out, and
-    named under the figure."""
+    GPU's pair beside in grey (when there is one), each bar with its value at three significant figures. metric:
+    "mfu" (% of the datasheet peak) or "busy" (the trace's GPU busy share of wall time). Nothing is drawn when
+    neither this run nor the reference has a value; a group whose four values are all zero (a copy alone: the
+    trace's busy share counts kernels) is left out, and named under the figure."""
     import textwrap
 
     import matplotlib.pyplot as plt
@@ -280,17 +280,20 @@ def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str
     mine, refs = [m for m, _ in pairs.values()], [r for _, r in pairs.values()]
     fig, ax = plt.subplots(figsize=(min(1.45 * len(pairs) + 1.5, 10), 3.8), layout="constrained")
     xs = range(len(pairs))
-    for k, (dx, color, label, src) in enumerate(((-0.3, plots.BEFORE, "before", mine), (-0.1, plots.AFTER, "after", mine),
-                                                 (0.1, "#c4c4c4", "reference GPU, before", refs),
-                                                 (0.3, plots.REF, "reference GPU, after", refs))):
+    sides = [(plots.BEFORE, "before", mine), (plots.AFTER, "after", mine)]
+    if any(v is not None for r in refs for v in r):  # no reference run: no empty slots, no legend entry for it
+        sides += [("#c4c4c4", "reference GPU, before", refs), (plots.REF, "reference GPU, after", refs)]
+    w = 0.8 / len(sides)
+    for k, (color, label, src) in enumerate(sides):
         vals = [pair[k % 2] for pair in src]
-        bars = ax.bar([x + dx for x in xs], [v or 0 for v in vals], 0.2, color=color, label=label)
-        ax.bar_label(bars, labels=[("n/a" if src is mine else "") if v is None else f"{v:.0f}" for v in vals],
-                     fontsize=8)
+        bars = ax.bar([x + (k - (len(sides) - 1) / 2) * w for x in xs], [v or 0 for v in vals], w, color=color,
+                      label=label)
+        ax.bar_label(bars, labels=[("n/a" if src is mine else "") if v is None else sig(v) for v in vals],
+                     fontsize=8 if len(sides) == 2 else 7)
     ax.set_xticks(list(xs), [textwrap.fill(k, 14) for k in pairs], fontsize=9)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, ncols=4, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    ax.legend(fontsize=8, ncols=len(sides), loc="upper center", bbox_to_anchor=(0.5, -0.16))
     ax.grid(axis="y", alpha=0.3)
     ax.margins(y=0.1)
     if empty:

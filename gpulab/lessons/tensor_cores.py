@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..claims import Estimate
-from ..text import ratio, si
+from ..text import pct, ratio, si
 from ..lesson import ClaimSpec
 
 # The guide's §7.3 table, as printed (each row quoted verbatim below): the claims being checked.
@@ -166,15 +166,20 @@ def roofline(sweep: Any, peaks: Any, dtype: str, title: str) -> str:
     if not (pts and peaks.copy_gbs and dtype in peaks.tflops):
         return ""
     peak = peaks.tflops[dtype]
-    plots.roofline([(str(p.n), p.intensity, p.tflops) for p in pts], peak_tflops=peak, bandwidth_gbs=peaks.copy_gbs,
-                   title=title, color=COLORS.get(dtype)).tight_layout()  # the dtype's colour, as in every figure
-    _show()
+    fig = plots.roofline([(str(p.n), p.intensity, p.tflops) for p in pts], peak_tflops=peak,
+                         bandwidth_gbs=peaks.copy_gbs, title=title, color=COLORS.get(dtype))  # the dtype's colour
     ridge = peak * 1e12 / (peaks.copy_gbs * 1e9)
+    ax = fig.axes[0]  # the legend names the points' colour and the dotted ridge line too
+    ax.collections[0].set_label(f"{dtype.upper()} n×n×n matmul (labelled by n)")
+    ax.lines[-1].set_label(f"ridge point: {si(ridge)} FLOPs/byte")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    _show()
     rows = []
     for p in pts:
         roof = min(peak, p.intensity * peaks.copy_gbs / 1e3)
         rows.append(f"| {p.n} | {si(p.intensity)} | {'memory' if p.intensity < ridge else 'compute'}-bound | "
-                    f"{si(roof * 1e12, 'FLOP/s')} | {si(p.tflops * 1e12, 'FLOP/s')} | {p.tflops / roof:.0%} |")
+                    f"{si(roof * 1e12, 'FLOP/s')} | {si(p.tflops * 1e12, 'FLOP/s')} | {pct(p.tflops / roof)} |")
     return (f"Ridge point: {si(ridge)} FLOPs/byte ({si(peak * 1e12, 'FLOP/s')} ÷ {si(peaks.copy_gbs * 1e9, 'B/s')}, "
             "both measured).\n\n| n | FLOPs/byte | by the roofline | roof | achieved | share of roof |\n"
             "| --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows))
