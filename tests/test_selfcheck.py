@@ -11,6 +11,9 @@ def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
     result = run_check(smoke=True)
     assert len(result.claims) == 6
+    keys = [c.key for c in result.claims]  # runs and summaries match claims on their key
+    assert len(set(keys)) == 6 and all(k.startswith("00.") for k in keys)
+    assert all(c.quote.startswith("course check: ") for c in result.claims)  # ours, and says so
     for c in result.claims:
         assert c.verdict in ("confirmed", "refuted", "inconclusive", "not tested")
         if c.verdict == "not tested":

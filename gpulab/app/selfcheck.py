@@ -35,6 +35,11 @@ BF16_FLOOR = 0.60
 COPY_FLOOR = 0.70
 
 
+def _course(words: str) -> str:
+    """The quote of a self-check claim: the course's own check, not the guide's words."""
+    return f"course check: {words}"
+
+
 def floor_claims(device: DeviceInfo, peaks, smoke: bool) -> list[tuple[Claim, Any, str]]:
     """The peak and bandwidth floors for this device: fractions of its datasheet, with what to test them on."""
     spec = device.datasheet_peaks
@@ -45,13 +50,17 @@ def floor_claims(device: DeviceInfo, peaks, smoke: bool) -> list[tuple[Claim, An
     out = []
     c = Claim(f"sustained BF16 matmul reaches at least {BF16_FLOOR:.0%} of the datasheet dense peak"
               + (f" ({BF16_FLOOR * ds_bf16:,.0f} of {ds_bf16:g} TFLOP/s)" if ds_bf16 else ""),
-              low=BF16_FLOOR * ds_bf16 if ds_bf16 else 0.0, unit="TFLOP/s", source="self-check floor")
+              low=BF16_FLOOR * ds_bf16 if ds_bf16 else 0.0, unit="TFLOP/s", source="self-check floor",
+              key="00.bf16_floor", quote=_course(f"sustained BF16 matmul reaches at least {BF16_FLOOR:.0%} of the "
+                                                 "datasheet dense peak"))
     rounds = peaks.rounds.get("bf16") or []
     val = (max(rounds), (min(rounds), max(rounds))) if rounds and device.is_cuda and not smoke and ds_bf16 else None
     out.append((c, val, why if val is None else "best of the sustained rounds; interval: all rounds"))
     c = Claim(f"device-to-device copy reaches at least {COPY_FLOOR:.0%} of the datasheet memory bandwidth"
               + (f" ({COPY_FLOOR * ds_bw:,.0f} of {ds_bw:g} GB/s)" if ds_bw else ""),
-              low=COPY_FLOOR * ds_bw if ds_bw else 0.0, unit="GB/s", source="self-check floor")
+              low=COPY_FLOOR * ds_bw if ds_bw else 0.0, unit="GB/s", source="self-check floor",
+              key="00.copy_floor", quote=_course(f"device-to-device copy reaches at least {COPY_FLOOR:.0%} of the "
+                                                 "datasheet memory bandwidth"))
     val = peaks.copy_gbs if device.is_cuda and not smoke and ds_bw else None
     out.append((c, val, why if val is None else "1 GiB copy, bytes read + written"))
     return out
@@ -161,16 +170,20 @@ def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False)
                      else claim.untestable(note))
     gpm_why = busy.available.get("gpm_tensor_active")
     monitor_claims = [
-        (Claim("NVML utilization >= 90% during ~2 s of large BF16 matmuls", low=90, unit="%", source="monitor"),
+        (Claim("NVML utilization >= 90% during ~2 s of large BF16 matmuls", low=90, unit="%", source="monitor",
+               key="00.nvml_busy", quote=_course("NVML utilization >= 90% during ~2 s of large BF16 matmuls")),
          busy.estimate("nvml_util"), gpu_why or "NVML not available"),
-        (Claim("GPM tensor activity > 50% during ~2 s of large BF16 matmuls", low=50, unit="%", source="monitor"),
+        (Claim("GPM tensor activity > 50% during ~2 s of large BF16 matmuls", low=50, unit="%", source="monitor",
+               key="00.gpm_tensor", quote=_course("GPM tensor activity > 50% during ~2 s of large BF16 matmuls")),
          busy.estimate("gpm_tensor_active"), gpu_why or gpm_why or "GPM not available"),
-        (Claim("NVML utilization < 10% during ~1 s idle", high=10, unit="%", source="monitor"),
+        (Claim("NVML utilization < 10% during ~1 s idle", high=10, unit="%", source="monitor",
+               key="00.nvml_idle", quote=_course("NVML utilization < 10% during ~1 s idle")),
          idle.estimate("nvml_util"), gpu_why or "NVML not available"),
     ]
     for claim, value, why in monitor_claims:
         result.claim(claim.check(value) if value is not None else claim.untestable(why))
-    overhead = Claim("the monitor slows a small training loop by under 1%", high=1.0, unit="%", source="monitor")
+    overhead = Claim("the monitor slows a small training loop by under 1%", high=1.0, unit="%", source="monitor",
+                     key="00.monitor_overhead", quote=_course("the monitor slows a small training loop by under 1%"))
     result.claim(overhead.check(cmp.estimate().map(lambda r: (1 / r - 1) * 100),
                                 note="on/off step time; interval from both sides' quartiles"))
     bar.update()
