@@ -147,6 +147,8 @@ def test_gpu_claims_on_the_fed_loops_pinned_memory_and_the_prefetcher(gpu_lesson
     assert ratio.measurement == "starved vs fed" and ratio.verdict == ms.verdict == "not comparable"
     pf = L.check_prefetch_factor(gpu_lesson, Estimate(1.1, 1.05, 1.15), 4)
     assert pf.verdict == "confirmed" and pf.note.startswith("4 workers")
+    no_effect = L.check_prefetch_factor(gpu_lesson, Estimate(1.0, 0.97, 1.03), 4)  # a deeper queue, the same rate
+    assert no_effect.verdict == "refuted" and "5% bar is ours" in no_effect.note
     copy = SimpleNamespace(verdict="2.00x faster", estimate=lambda: Estimate(2.0, 1.9, 2.1))
     loop = SimpleNamespace(verdict="inconclusive", estimate=lambda: Estimate(1.0, 0.98, 1.02))
     c1, c2 = [L.check_gpu_only(gpu_lesson, k, c, c, c.verdict) for k, c in (("pin_copy", copy), ("pin_loop", loop))]

@@ -50,8 +50,9 @@ CLAIMS = [
          source="003 profiling notes (arr-coc case study)", needs=GPU),
     dict(key="wait_ms", text="data loading takes 45 ms per iteration before and 8 ms after", low=8, high=45,
          quote="Data loading: 45ms → 8ms (5.6× speedup)", unit="ms", source="003 profiling notes (arr-coc case study)"),
-    dict(key="prefetch_factor", text="prefetch_factor=4 helps (vs the default 2); measured: throughput ratio of the "
-         "fed loop", quote="Prefetch ensures batches ready.", low=1.0, source="002 review, fix 5", needs=GPU),
+    dict(key="prefetch_factor", text="prefetch_factor=4 helps (vs the default 2), by at least 5% (ours, as in section "
+         "4); measured: throughput ratio of the fed loop", quote="Prefetch ensures batches ready.", low=1.05,
+         source="002 review, fix 5", needs=GPU),
     dict(key="persistent", text="persistent_workers=True avoids the worker respawn overhead between epochs; "
          "measured: epoch-start time respawned / persistent",
          quote="`persistent_workers=True`: Avoids worker respawn overhead between epochs", low=1.0,
@@ -216,7 +217,8 @@ def check_data_wait(lesson: Any, wait_b: Estimate, wait_a: Estimate, w_fed: int)
 def check_prefetch_factor(lesson: Any, pf_gain: Estimate, w_fed: int) -> Claim:
     why = why_not(lesson)
     return lesson.untested("prefetch_factor", why) if why else lesson.check(
-        "prefetch_factor", pf_gain, f"{workers(w_fed)}; samples over the windows' wall time")
+        "prefetch_factor", pf_gain, f"{workers(w_fed)}; samples over the windows' wall time; the 5% bar is ours: "
+        "a bar at 1.0x cannot tell no effect from a small one")
 
 
 def check_persistent(lesson: Any, starts: Any, w_fed: int) -> Claim:
