@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..claims import Claim, Estimate
-from ..text import pct, power_of_two, ratio, si
+from ..text import pct, power_of_two, ratio, si, sig
 from ..training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
 
 TENSOR_CORES = ("cuda", "bf16")  # a CUDA GPU with TF32 and BF16 tensor cores: compute capability 8.0 or newer
@@ -185,6 +185,11 @@ def mode_rows(runs: dict[str, Any], losses: dict[str, list[float]], peak_gb: dic
     return rows
 
 
+def signed_pct(v: float) -> str:
+    """A loss gap in percent at three significant figures, as its verdict writes it: +31.2%, -0.643%, 0%."""
+    return ("+" if v > 0 else "") + pct(v, 1)
+
+
 def modes_table(rows: list[dict[str, Any]]) -> Table:
     """Every mode's step time, throughput, MFU, memory and final loss."""
     return Table(rows, [("mode", "mode", None), ("step_s", "step", lambda v: si(v, "s")),
@@ -194,8 +199,7 @@ def modes_table(rows: list[dict[str, Any]]) -> Table:
                         ("tensor_active", "tensor cores active", lambda v: pct(v, 1)),
                         ("peak_gb", "peak memory", lambda v: si(v * 1e9, "B")),
                         ("mem_saved", "memory saved vs FP32", lambda v: pct(v, 1)),
-                        ("final_loss", "final loss", lambda v: f"{v:.4f}"),
-                        ("loss_gap", "loss vs FP32", lambda v: f"{v:+.2f}%")])
+                        ("final_loss", "final loss", sig), ("loss_gap", "loss vs FP32", signed_pct)])
 
 
 def check_steps(lesson: Any, rows: list[dict[str, Any]], cmps: dict[str, Any]) -> list[Claim]:
@@ -230,8 +234,8 @@ def small_gradient_rows(small: dict[str, list[float]], fp32: list[float], under:
 
 def small_gradient_table(rows: list[dict[str, Any]]) -> Table:
     """The small-gradient runs against FP32 without the multiplier."""
-    return Table(rows, [("mode", "mode (loss x multiplier)", None), ("final_loss", "final loss", "{:.4f}"),
-                        ("gap", "vs FP32 without multiplier", "{:+.2f}%"),
+    return Table(rows, [("mode", "mode (loss x multiplier)", None), ("final_loss", "final loss", sig),
+                        ("gap", "vs FP32 without multiplier", signed_pct),
                         ("zeroed", "parameter gradients zeroed (one batch)", pct)])
 
 
