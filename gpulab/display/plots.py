@@ -232,7 +232,7 @@ def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, 
     return fig
 
 
-def waterfall_width(n: int) -> float:
+def _row_width(n: int) -> float:
     """Inches for a chart of `n` bars in a row: 0.9 in a bar, at most 10 in, so that a page showing it about 900
     px wide keeps its 8-point labels readable (a 13 in figure shrank them to 5 px)."""
     return min(10.0, max(7.0, 0.9 * n + 2))
@@ -247,7 +247,7 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
 
     labels = [s[0] for s in steps]
     vals = [s[1] for s in steps]
-    fig, ax = plt.subplots(figsize=(waterfall_width(len(steps)), 4))
+    fig, ax = plt.subplots(figsize=(_row_width(len(steps)), 4))
     bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1))
     for i, (rect, v) in enumerate(zip(bars_, vals)):
         gain = "" if i == 0 or not vals[i - 1] else f"\n{ratio(v / vals[i - 1])}"

@@ -252,8 +252,9 @@ def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: 
     from ..display import plots
 
     ref_rows = (ref or {}).get("extra", {}).get("waterfall", []) if matches else []
-    plots.waterfall([(s.label, s.tokens_per_s) for s in steps], title=f"tokens/s after each change ({device_name})",
-                    ref=[(r["label"], r["tokens_per_s"]) for r in ref_rows] or None)
+    width = plots.waterfall([(s.label, s.tokens_per_s) for s in steps], ref=[(r["label"], r["tokens_per_s"])
+                                                                          for r in ref_rows] or None,
+                            title=f"tokens/s after each change ({device_name})").get_figwidth()
     plt.show()
     if steps[0].mfu is None:  # no datasheet peak on a CPU: no MFU bars to draw
         return
@@ -265,7 +266,7 @@ def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: 
                      colors=[plots.BEFORE] + [plots.AFTER] * (len(steps) - 1),  # the tokens/s chart's colours
                      legend=[(f"this run: {labels[0]}", plots.BEFORE), ("this run: after each change", plots.AFTER)],
                      ref=ref_vals, fmt=sig)  # 4.41, as in the table
-    fig.set_size_inches(plots.waterfall_width(len(steps)), 4)  # as wide as the tokens/s chart
+    fig.set_size_inches(width, 4)  # as wide as the tokens/s chart
     fig.tight_layout()
     plt.show()
 
