@@ -288,6 +288,12 @@ class Comparison:
         lines = [f"{self.name}: {self.verdict}"] + [f"  {k:<26} {b:>22}  ->  {a}" for k, b, a in self.rows()]
         return "\n".join(lines)
 
+    def _interval_text(self) -> str:
+        """The headline's interval in the verdict's direction: "1.14x slower" beside 1.13x–1.22x, not 0.82x–0.89x."""
+        est = self.headline()
+        lo, hi = (est.lo, est.hi) if self.within_noise or est.value >= 1 else (1 / est.hi, 1 / est.lo)
+        return f"{lo:.3g}x–{hi:.3g}x"
+
     def _repr_html_(self) -> str:
         e = html.escape
         body = "".join(f"<tr><td style='text-align:left'>{e(str(k))}</td><td>{e(str(b))}</td><td>{e(str(a))}</td></tr>"
@@ -298,7 +304,7 @@ class Comparison:
         notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
         return (f"<div><b>{e(self.name)}</b> on {e(str(self.device))}: "
                 f"<span style='color:{color}'><b>{e(self.verdict)}</b></span> "
-                f"<small>({e(what)}interval {est.lo:.3g}x–{est.hi:.3g}x; {e(self.kind)})</small>"
+                f"<small>({e(what)}interval {self._interval_text()}; {e(self.kind)})</small>"
                 f"<table><tr><th></th><th>{e(self.before.label)}</th><th>{e(self.after.label)}</th></tr>{body}</table>"
                 + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
 

@@ -22,6 +22,9 @@ def sig(x: float, digits: int = 3) -> str:
         return "0"
     decimals = digits - 1 - int(math.floor(math.log10(abs(x))))
     rounded = round(x, decimals)
+    if rounded and math.floor(math.log10(abs(rounded))) > math.floor(math.log10(abs(x))):
+        decimals -= 1  # rounded up to the next power of ten: 99.997 -> "100", not "100.0" (four figures)
+        rounded = round(x, decimals)
     return f"{rounded:,.{max(0, decimals)}f}"
 
 

@@ -240,12 +240,11 @@ class StepMemoryProfile:
     def _repr_html_(self) -> str:
         if not self.times_ms:
             return f"<p><i>No memory timeline: {html.escape(self.note or 'nothing recorded')}</i></p>"
-        from .text import si, sig  # three significant figures: 5,140 MiB at 15.8 ms
-
-        rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{sig(v / 2**20)} MiB</td></tr>"
+        # si: 5.39 GB at 15.3 ms, the figure's peak label and the pages' unit (it read 5,140 MiB beside 5.39 GB)
+        rows = "".join(f"<tr><td style='text-align:left'>{html.escape(k)}</td><td>{si(v, 'B')}</td></tr>"
                        for k, v in self.at_peak().items())
         note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
-        return (f"<b>Memory at the step's peak</b> ({sig(self.peak_bytes / 2**20)} MiB at "
+        return (f"<b>Memory at the step's peak</b> ({si(self.peak_bytes, 'B')} at "
                 f"{si(self.peak_ms / 1e3, 's')}, "
                 f"{html.escape(self.device)})<table>{rows}</table>{note}")
 
@@ -306,7 +305,7 @@ def step_memory(step: Callable[[], Any], *, device: torch.device | str | None = 
         names[j] = getattr(c, "name", None)
     out.by_category, inferred = categorize(names, [row[1:] for row in sizes])
     if inferred:
-        out.note = (f"{inferred / 2**20:,.0f} MiB the profiler could not categorize was allocated and freed within "
+        out.note = (f"{si(inferred, 'B')} the profiler could not categorize was allocated and freed within "
                     "the step: counted as activations (temporaries of forward and backward)")
     t0 = next((t for t in times if t > 0), 0)
     out.times_ms = [max(0.0, (t - t0) / 1e3) for t in times]

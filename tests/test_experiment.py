@@ -42,6 +42,8 @@ def test_comparison_mfu_speedup_and_round_trip():
     assert back.speedup == pytest.approx(cmp.speedup) and back.after.mfu == pytest.approx(after.mfu)
     html = cmp._repr_html_()
     assert "MFU (datasheet BF16 peak)" in html and "5.00x faster" in html
+    slower = Comparison("accumulated", after, before, device="test")._repr_html_()  # 06 read "1.14x slower
+    assert "5.00x slower" in slower and "interval 4.81x–5.19x" in slower          # (interval 0.823x–0.887x)"
 
 
 def test_before_after_on_cpu_records_timing_flops_and_cpu_monitor(cpu_device):

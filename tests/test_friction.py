@@ -28,7 +28,8 @@ def test_step_memory_repr_is_short_and_readable():
                           by_category={"parameters": [2**20] * n, "activations": list(range(n))})
     r = repr(m)
     assert len(r) < 300 and "peak" in r and "parameters 1.0 MiB" in r
-    assert "<table>" in m._repr_html_()
+    page = m._repr_html_()  # in the figure's unit: 11's page read "5,140 MiB" beside "peak 5.39 GB"
+    assert "<table>" in page and "MiB" not in page and "1.05 MB" in page
 
 
 def test_memory_the_profiler_could_not_categorize_within_the_step_counts_as_activations():

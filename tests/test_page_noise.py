@@ -116,6 +116,8 @@ def test_progress_bar_widgets_vanish_and_other_widgets_become_a_note():
     outs = html_export.clean_outputs([
         _bar("HBox(children=(HTML(value=''), FloatProgress(value=0.0, max=7.0), HTML(value='')))"),
         _bar(" 30%|###       | 3/10 [00:01<00:02,  3.1it/s]"),
+        _bar("batch size search: 0try [00:00, ?try/s]"),  # a bar with no total: 06's page called it a control
+        _bar("batch size search: 12try [00:31,  2.6s/try]"),
         _bar("HBox(children=(Button(description='run'),))"),
         nbformat.v4.new_output("stream", name="stdout", text="step 1/3\rstep 2/3\rstep 3/3 done\n")])
     assert len(outs) == 2 and "interactive control (HBox)" in outs[0]["data"]["text/plain"]

@@ -7,6 +7,7 @@ def test_three_significant_figures_with_si_prefixes():
     assert si(989e12, "FLOP/s") == "989 TFLOP/s"
     assert si(None) == "n/a" and si(float("nan"), "s") == "n/a"
     assert sig(1234.5) == "1,230" and sig(0.012345) == "0.0123"
+    assert pct(0.99997) == "100%" and sig(9.9996) == "10.0" and sig(-0.0099996) == "-0.0100"  # 07 read "100.0%"
 
 
 def test_percent_ratio_and_plurals():

@@ -24,7 +24,8 @@ from typing import Any
 from ..results import write_text_atomic
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-_PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+(?:\.\d+)?[kM]?/\S+|\[\d\d:\d\d<")
+_PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+(?:\.\d+)?[kM]?/\S+|\[\d\d:\d\d<"
+                       r"|\d[\w.]* \[\d\d:\d\d(?::\d\d)?, [^\]]*/[^\]]*\]")  # the last: a bar with no total
 _FROZEN = re.compile(r"(?<![\d.])0%\|")
 _WARNING = re.compile(r"^.*\b[A-Z]\w*Warning: .*$", re.M)
 _ABS_PATH = re.compile(r"(?<![\w.:/~-])/(?:work|workspace|home|root|Users|tmp|mnt|opt|scratch|usr)/[\w.@+-]+")

@@ -176,14 +176,14 @@ def sweep(x: Sequence[float], ys: dict[str, Sequence[float | None]], *, xlabel: 
           ref: dict[str, tuple[Sequence[float], Sequence[float | None]]] | None = None):
     """Lines of measured values over a swept parameter; `hlines` for ceilings, `ref` for the reference GPU's."""
     fig, ax = plt.subplots(figsize=(8, 4))
+    nan = float("nan")  # a missing value breaks the line there: a curve drawn across it would show a reading
     for label, y in ys.items():
-        pts = [(a, b) for a, b in zip(x, y) if b is not None]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label=label)
+        if any(b is not None for b in y):
+            ax.plot(list(x), [nan if b is None else b for b in y], marker="o", label=label)
     for label, (rx, ry) in (ref or {}).items():
-        pts = [(a, b) for a, b in zip(rx, ry) if b is not None]
-        if pts:
-            ax.plot(*zip(*pts), ls="--", color=REF, alpha=0.8, marker=".", label=f"{label} (reference GPU)")
+        if any(b is not None for b in ry):
+            ax.plot(list(rx), [nan if b is None else b for b in ry], ls="--", color=REF, alpha=0.8, marker=".",
+                    label=f"{label} (reference GPU)")
     # Scales first, so that the ceiling labels sit at the final left edge.
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
@@ -232,6 +232,12 @@ def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, 
     return fig
 
 
+def _row_width(n: int) -> float:
+    """Inches for a chart of `n` bars in a row: 0.9 in a bar, at most 10 in, so that a page showing it about 900
+    px wide keeps its 8-point labels readable (a 13 in figure shrank them to 5 px)."""
+    return min(10.0, max(7.0, 0.9 * n + 2))
+
+
 def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", title: str = "one change at a time",
               ref: Sequence[tuple[str, float]] | None = None):
     """Throughput after each cumulative change, each bar annotated with its gain over the previous one; the
@@ -241,10 +247,10 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
 
     labels = [s[0] for s in steps]
     vals = [s[1] for s in steps]
-    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(steps) + 2), 4))
+    fig, ax = plt.subplots(figsize=(_row_width(len(steps)), 4))
     bars_ = ax.bar(range(len(vals)), vals, color=[BEFORE] + [AFTER] * (len(vals) - 1))
     for i, (rect, v) in enumerate(zip(bars_, vals)):
-        gain = "" if i == 0 or not vals[i - 1] else f"\n{v / vals[i - 1]:.2f}x"
+        gain = "" if i == 0 or not vals[i - 1] else f"\n{ratio(v / vals[i - 1])}"
         ax.annotate(f"{si(v)}{gain}", (rect.get_x() + rect.get_width() / 2, rect.get_height()), xytext=(0, 3),
                     textcoords="offset points", ha="center", va="bottom", fontsize=8)
     handles = [Patch(color=BEFORE, label=f"this run: {labels[0]}" if labels else "this run")]
@@ -289,16 +295,19 @@ def tracker_figure(tracker: Any):
         pts = [(r.step, getattr(r, metric)) for r in rs if getattr(r, metric) is not None]
         if pts and any(r.mfu is not None for r in rs):
             a2.plot(*zip(*pts), color=color, lw=1, ls="--", label=METRICS[metric])
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    if a2.lines and any(r.mfu is not None for r in rs):  # percent: plain ticks (10, 20), not si's "10.0"
+        a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    elif a2.lines:
+        a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))  # 30 k samples/s, not 30000
     if a2.lines:  # from 0, as the step time: a zoomed axis makes 1% of noise look like a trend
         ys = [float(y) for ln in a2.lines for y in ln.get_ydata() if y is not None and y == y]
         a2.set_ylim(0, 1.15 * max(ys + [1e-9]))
     if len(a2.get_legend_handles_labels()[0]) > 1:  # one line: its axis label names it
         a2.legend(fontsize=7, loc="best")  # clear of the curves
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
-
     for ax in (a1, a2):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-    a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))  # 30 k samples/s, not 30000
     a2.set_xlabel("step")
     a2.grid(alpha=0.3)
     fig.suptitle(tracker.log_line(rs[-1]) if rs else "", fontsize=9)  # the last step, as a script's log reads it

@@ -285,7 +285,7 @@ def grad_figure(checks: dict[str, dict[str, Any]]) -> None:
 
     from ..display import plots
     plots.bars([k.replace(", ", "\n") for k in checks], [v["rel_diff"] for v in checks.values()],
-               ylabel="relative difference (log)", fmt="{:.1e}", title="one batch of 128 vs 4 micro-batches of 32")
+               ylabel="relative difference (log)", fmt="{:.2e}", title="one batch of 128 vs 4 micro-batches of 32")
     plt.gca().set_yscale("log")
     plt.gcf().tight_layout()
     plt.show()

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..claims import Estimate, difference, ratio
-from ..text import pct, si
+from ..text import pct, si, sig
+from ..text import ratio as times
 
 # One reason per other system, the same words wherever the reason is the same (the claims table groups them).
 VLM = ("arr-coc's vision-language model (Qwen3-VL backbone) on 8×A100, data-starved at the start; "
@@ -223,7 +224,7 @@ WATERFALL_COLUMNS = [
     ("step", "#", None), ("label", "change", None), ("step_ms", "time/step", lambda v: si(v / 1e3, "s")),
     ("tokens_per_step", "tokens/step", si), ("tokens_per_s", "tokens/s", si),
     ("tokens_per_s_interval", "tokens/s interval", lambda v: f"{si(v[0])}–{si(v[1])}"),
-    ("gain", "vs previous", lambda v: f"{v:.2f}x"), ("cumulative", "vs naive", lambda v: f"{v:.2f}x"),
+    ("gain", "vs previous", times), ("cumulative", "vs naive", times),  # 12.6x, as in the verdicts
     ("mfu_bf16_peak", "MFU (BF16 peak)", pct), ("matmul_dtype", "matmul dtype", None),
     ("mfu_own_peak", "MFU (own dtype peak)", pct), ("nvml_util", "GPU busy (NVML)", lambda v: pct(v, 1)),
     ("gpm_sm_active", "SM active (GPM)", lambda v: pct(v, 1)),
@@ -251,8 +252,9 @@ def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: 
     from ..display import plots
 
     ref_rows = (ref or {}).get("extra", {}).get("waterfall", []) if matches else []
-    plots.waterfall([(s.label, s.tokens_per_s) for s in steps], title=f"tokens/s after each change ({device_name})",
-                    ref=[(r["label"], r["tokens_per_s"]) for r in ref_rows] or None)
+    width = plots.waterfall([(s.label, s.tokens_per_s) for s in steps], ref=[(r["label"], r["tokens_per_s"])
+                                                                          for r in ref_rows] or None,
+                            title=f"tokens/s after each change ({device_name})").get_figwidth()
     plt.show()
     if steps[0].mfu is None:  # no datasheet peak on a CPU: no MFU bars to draw
         return
@@ -263,8 +265,8 @@ def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: 
                      title="MFU after each change (one yardstick: the BF16 peak)",
                      colors=[plots.BEFORE] + [plots.AFTER] * (len(steps) - 1),  # the tokens/s chart's colours
                      legend=[(f"this run: {labels[0]}", plots.BEFORE), ("this run: after each change", plots.AFTER)],
-                     ref=ref_vals)
-    fig.set_size_inches(max(7, 0.9 * len(steps) + 2), 4)  # as wide as the tokens/s chart
+                     ref=ref_vals, fmt=sig)  # 4.41, as in the table
+    fig.set_size_inches(width, 4)  # as wide as the tokens/s chart
     fig.tight_layout()
     plt.show()
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..claims import Claim, Estimate
-from ..text import pct, power_of_two, ratio, si
+from ..text import pct, power_of_two, ratio, si, sig
 from ..training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
 
 TENSOR_CORES = ("cuda", "bf16")  # a CUDA GPU with TF32 and BF16 tensor cores: compute capability 8.0 or newer
@@ -185,6 +185,11 @@ def mode_rows(runs: dict[str, Any], losses: dict[str, list[float]], peak_gb: dic
     return rows
 
 
+def signed_pct(v: float) -> str:
+    """A loss gap in percent at three significant figures, as its verdict writes it: +31.2%, -0.643%, 0%."""
+    return ("+" if v > 0 else "") + pct(v, 1)
+
+
 def modes_table(rows: list[dict[str, Any]]) -> Table:
     """Every mode's step time, throughput, MFU, memory and final loss."""
     return Table(rows, [("mode", "mode", None), ("step_s", "step", lambda v: si(v, "s")),
@@ -194,8 +199,7 @@ def modes_table(rows: list[dict[str, Any]]) -> Table:
                         ("tensor_active", "tensor cores active", lambda v: pct(v, 1)),
                         ("peak_gb", "peak memory", lambda v: si(v * 1e9, "B")),
                         ("mem_saved", "memory saved vs FP32", lambda v: pct(v, 1)),
-                        ("final_loss", "final loss", lambda v: f"{v:.4f}"),
-                        ("loss_gap", "loss vs FP32", lambda v: f"{v:+.2f}%")])
+                        ("final_loss", "final loss", sig), ("loss_gap", "loss vs FP32", signed_pct)])
 
 
 def check_steps(lesson: Any, rows: list[dict[str, Any]], cmps: dict[str, Any]) -> list[Claim]:
@@ -230,8 +234,8 @@ def small_gradient_rows(small: dict[str, list[float]], fp32: list[float], under:
 
 def small_gradient_table(rows: list[dict[str, Any]]) -> Table:
     """The small-gradient runs against FP32 without the multiplier."""
-    return Table(rows, [("mode", "mode (loss x multiplier)", None), ("final_loss", "final loss", "{:.4f}"),
-                        ("gap", "vs FP32 without multiplier", "{:+.2f}%"),
+    return Table(rows, [("mode", "mode (loss x multiplier)", None), ("final_loss", "final loss", sig),
+                        ("gap", "vs FP32 without multiplier", signed_pct),
                         ("zeroed", "parameter gradients zeroed (one batch)", pct)])
 
 
@@ -259,31 +263,49 @@ def _logy(ax: Any) -> None:
 
 
 def loss_figure(losses: dict[str, list[float]], seed1: list[float], title: str = "") -> Any:
-    """Left: every mode's loss curve; right: each one's smoothed distance to FP32's, inside FP32's seed band."""
+    """Top: every mode's loss curve. Below: each one's smoothed distance to FP32's in percent, the unit of the
+    verdicts, inside the grey band of FP32's two seeds and between the tolerance lines; a curve far outside (FP16
+    without a scaler) leaves the scale and is named with its final gap, so that it does not flatten the rest."""
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, layout="constrained")  # full width on the page
     steps = range(1, len(losses["fp32"]) + 1)
     k = max(1, len(seed1) // 20)
     base = smooth(losses["fp32"], k)
-    band = [abs(x - y) for x, y in zip(smooth(seed1, k), base)]
+
+    def gap(ys: list[float]) -> list[float]:
+        return [(x / y - 1) * 100 for x, y in zip(smooth(ys, k), base)]
+
+    tol = tolerance(losses["fp32"], seed1)[0]
+    band = [abs(v) for v in gap(seed1)]
     a.plot(steps, seed1, color=COLORS["fp32"], ls=":", lw=1, label="FP32, seed 1")
     b.fill_between(steps, [-v for v in band], band, color="#bbb", alpha=0.5, label="FP32 seed 0 vs seed 1")
+    ends = {m: (final_loss(ys) / final_loss(losses["fp32"]) - 1) * 100 for m, ys in losses.items()}
+    off = [m for m in losses if abs(ends[m]) > 2.5 * tol]  # the final gap a verdict reads: far outside
+    lim = 1.1 * max([2.5 * tol, *band] + [abs(v) for m, ys in losses.items() if m not in off for v in gap(ys)])
     for m, ys in losses.items():
         a.plot(steps, ys, color=COLORS[m], lw=1.2, label=LABELS[m])
         if m != "fp32":
-            b.plot(steps, [x - y for x, y in zip(smooth(ys, k), base)], color=COLORS[m], lw=1.2, label=LABELS[m])
+            b.plot(steps, gap(ys), color=COLORS[m], lw=1.2, label=LABELS[m])
     _logy(a)
-    a.set(xlabel="optimizer step", ylabel="training loss", title=title or "loss curves: same weights, same batches")
+    a.set(ylabel="training loss", title=title or "loss curves: same weights, same batches")
     b.axhline(0, color="k", lw=0.8)
-    b.set(xlabel="optimizer step", ylabel=f"loss - FP32's ({k}-step mean)", title="distance to FP32's curve")
+    for y in (-tol, tol):
+        b.axhline(y, color="k", lw=0.8, ls="--", label=f"tolerance ±{tol:.3g}%" if y > 0 else None)
+    b.set_ylim(-lim, lim)
+    for i, m in enumerate(off):  # named inside the frame, in its colour, with the gap its verdict reads
+        b.text(0.99, 0.96 - 0.09 * i, f"{LABELS[m]}: off the scale, ends {ends[m]:+.3g}%", transform=b.transAxes,
+               color=COLORS[m], fontsize=9, va="top", ha="right", bbox=dict(fc="white", ec="none", alpha=0.8))
+    b.set(xlabel="optimizer step", ylabel=f"loss vs FP32's, % ({k}-step mean)",
+          title="distance to FP32's curve (the verdicts' unit)")
     for ax in (a, b):
         ax.grid(alpha=0.3)
     # One legend under both panels, in a size the page can show (two 7-point legends were unreadable).
     handles, labels = a.get_legend_handles_labels()
-    band_h, band_l = b.get_legend_handles_labels()
-    fig.legend(handles + band_h[:1], labels + band_l[:1], loc="lower center", ncols=5, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    extra_h, extra_l = b.get_legend_handles_labels()
+    keep = [i for i, lb in enumerate(extra_l) if lb not in labels]  # the band and the tolerance
+    fig.legend(handles + [extra_h[i] for i in keep], labels + [extra_l[i] for i in keep], loc="outside lower center",
+               ncols=4, fontsize=9, frameon=False)
     return fig
 
 

@@ -114,6 +114,8 @@ class UnderflowReport:
                 return pct(v)
             if k == "grad_rel_error":
                 return sig(v)
+            if k == "mode":  # as the notebook's other tables name them, not the keys
+                return {"fp32": "FP32", "fp16_noscale": "FP16, no scaler", "fp16_scaled": "FP16, loss scaled"}.get(v, v)
             return html.escape(f"{v:g}" if isinstance(v, float) else str(v))
         body = "".join("<tr>" + "".join(f"<td>{fmt(k, r.get(k))}</td>" for k in keys) + "</tr>" for r in self.rows)
         return (f"<div><b>Gradient underflow</b> (loss x {power_of_two(self.loss_multiplier)}, {self.device}; "

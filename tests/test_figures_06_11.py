@@ -1,0 +1,84 @@
+"""Figures of 06-09 and 11 as the H100 pages showed them (issue 26, second look): a line drawn across a missing
+reading, 07's loss distance flattened by one curve, 08's 13-inch charts, percent ticks written as "10.0"."""
+import math
+from types import SimpleNamespace
+
+import matplotlib
+
+matplotlib.use("Agg", force=True)
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from gpulab.display import plots  # noqa: E402
+from gpulab.tracker import StepRecord  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def test_a_sweep_line_breaks_where_a_reading_is_missing():
+    """06: GPM read nothing at batch 16 and 64 (n/a in the table), and the line ran straight across both."""
+    fig = plots.sweep([8, 16, 32, 64, 128], {"SM active": [17.0, None, 42.0, None, 77.0]}, xlabel="batch",
+                      ylabel="%", ref={"SM active": ([8, 16], [20.0, None])})
+    ours, ref = fig.axes[0].lines
+    assert [math.isnan(y) for y in ours.get_ydata()] == [False, True, False, True, False]
+    assert math.isnan(ref.get_ydata()[1])
+
+
+def _tracker(**kw):
+    rs = [StepRecord(step=1 + 7 * i, gpu_ms=10.5, **kw) for i in range(10)]
+    return SimpleNamespace(records=rs, peak_name="the BF16 peak", item_name="tokens", log_line=lambda r: "step")
+
+
+def test_tracker_percent_ticks_are_plain_and_throughput_ticks_keep_si():
+    """09 and 11: the MFU panel's ticks read "10.0", "2.00" (si's three figures, meant for 30 k samples/s)."""
+    fig = plots.tracker_figure(_tracker(mfu=0.04, nvml_util=52.0))
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in fig.axes[1].get_yticklabels() if t.get_text()]
+    assert ticks and not any(t.endswith(".0") or t.endswith(".00") for t in ticks), ticks
+    fig = plots.tracker_figure(_tracker(items_per_s=2.46e5))
+    fig.canvas.draw()
+    assert any(t.get_text().endswith(" k") for t in fig.axes[1].get_yticklabels())
+
+
+def test_07_loss_distance_is_in_percent_with_the_tolerance_and_names_a_curve_off_the_scale():
+    """07: FP16 without a scaler (+31%) set the distance panel's scale; six curves and the seed band sat in a
+    sliver around zero."""
+    from gpulab.lessons import mixed_precision as M
+
+    n = 60
+    fp32 = [3.0 - 0.01 * i for i in range(n)]
+    losses = {"fp32": fp32, "fp16": [x * 1.005 for x in fp32], "bf16": [x * 0.996 for x in fp32],
+              "fp16_noscale": [x * 1.31 for x in fp32]}
+    fig = M.loss_figure(losses, [x * 1.002 for x in fp32])
+    fig.canvas.draw()
+    dist = fig.axes[1]
+    lo, hi = dist.get_ylim()
+    assert -10 < lo < -2 and 2 < hi < 10  # the 2% tolerance and the in-tolerance curves fill the panel
+    texts = [t.get_text() for t in dist.texts]
+    assert texts == ["FP16, no scaler: off the scale, ends +31%"]
+    assert any(ln.get_label() == "tolerance ±2%" for ln in dist.lines)
+    assert fig.get_figwidth() <= 9.5  # stacked at the page's width, not 12 in side by side
+    colours = {ln.get_label(): ln.get_color() for ax in fig.axes for ln in ax.get_lines()}
+    assert colours["FP16, no scaler"] == M.COLORS["fp16_noscale"]
+
+
+def test_08_charts_fit_the_page_and_write_three_significant_figures(monkeypatch):
+    """08: twelve bars drew a 12.8 in (tokens/s) and a 15.2 in (MFU) figure, shown at ~900 px: 5 px labels; the
+    MFU bars read "4.4" beside the table's 4.41%, the table "12.55x" beside the verdict's 12.6x."""
+    from gpulab.lessons import case_study as CS
+
+    steps = [SimpleNamespace(label=f"+ change {i}", tokens_per_s=16_000.0 * (1 + i), mfu=0.0441 * (1 + i))
+             for i in range(12)]
+    figs = []
+    monkeypatch.setattr(plt, "show", lambda: figs.append(plt.gcf()))
+    CS.waterfall_figures(steps, None, matches=False, device_name="a GPU")
+    assert [f.get_figwidth() for f in figs] == [10.0, 10.0]
+    assert "4.41" in [t.get_text() for t in figs[1].axes[0].texts]
+    fmt = {key: f for key, _, f in CS.WATERFALL_COLUMNS}
+    assert fmt["cumulative"](12.551) == "12.6x" and fmt["gain"](1.0) == "1.00x"
+    assert "\n12.6x" in plots.waterfall([("a", 1.0), ("b", 12.551)]).axes[0].texts[1].get_text()
