@@ -157,6 +157,9 @@ def judge(interval: tuple[float, float], low: float | None, high: float | None) 
     return "inconclusive", None
 
 
+PERCENT_UNITS = ("%", "% gain")  # "% gain": a ratio r read as (r - 1) x 100, "10% faster" = 1.10x
+
+
 @dataclass
 class Claim:
     """A quantitative claim of the guide, the band it predicts, what we measured and the verdict.
@@ -208,8 +211,8 @@ class Claim:
     def expected(self) -> str:
         """The band as text, e.g. ">= 1.3x" or "40-60%"."""
         one = self.high if self.low is None else self.low if self.high is None or self.low == self.high else None
-        u = "" if self.unit in ("x", "%") else f" {self._unit(one)}"  # ">= 1 sync per step", "2-3 kernels"
-        sfx = "x" if self.unit == "x" else ("%" if self.unit == "%" else "")
+        u = "" if self.unit in ("x",) + PERCENT_UNITS else f" {self._unit(one)}"  # ">= 1 sync per step", "2 kernels"
+        sfx = "x" if self.unit == "x" else ("%" if self.unit in PERCENT_UNITS else "")
         if self.low is not None and self.high is not None:
             if self.low == self.high:
                 return f"{self.low:g}{sfx}{u}"
@@ -279,9 +282,11 @@ class Claim:
     def _num(self, v: float) -> str:
         """A ratio or a percentage at three significant figures (3.00x, 46.0%); a count or another unit as %.3g
         (8 kernels, 3 points)."""
-        return sig(v) if self.unit in ("x", "%") else f"{v:.3g}"
+        return sig(v) if self.unit in ("x",) + PERCENT_UNITS else f"{v:.3g}"
 
     def _fmt(self, v: float) -> str:
+        if self.unit == "% gain":  # the speedup beside it, as every comparison line shows it: "+29.7% (1.30x)"
+            return f"{'+' if v > 0 else ''}{self._num(v)}% ({sig(1 + v / 100)}x)"
         return self._num(v) + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self._unit(v)}")
 
     def _measured_str(self) -> str:

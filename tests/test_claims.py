@@ -172,3 +172,14 @@ def test_more_rounds_narrow_a_speedup_interval_instead_of_widening_it():
     before = [1.20, 1.21, 1.19, 1.22, 1.18, 1.20, 1.21, 1.19, 1.20, 1.60, 0.90, 1.20]  # two wild rounds
     s = speedup(meas("b", before), meas("a", after))
     assert 1.15 < s.lo <= s.ratio <= s.hi < 1.25
+
+
+def test_a_percent_gain_shows_its_speedup_beside_it():
+    from gpulab.claims import Claim
+
+    c = Claim("TF32 gives a 20-30% matmul speedup", low=20, high=30, unit="% gain")
+    assert c.expected == "20–30%"
+    c.check(590.0, interval=(585.0, 592.0))  # one quantity, one reading: "+590%" is the 6.90x on the line above
+    assert c._measured_str() == "+590% (6.90x) [585, 592]" and c.verdict == "refuted"
+    c = Claim("2-5% faster", low=2, high=5, unit="% gain").check(-7.6, interval=(-23.4, 21.9))
+    assert c._measured_str().startswith("-7.60% (0.924x)")

@@ -30,12 +30,12 @@ CLAIMS = [
     dict(key="memory_8_64", text="memory grows with batch size, 12 GB at batch 8 to 45 GB at batch 64 (3.75x); "
          "measured: peak memory ratio 64 / 8", quote=ROW8, low=2.8, high=4.7, source=T62, needs=GPU),
     dict(key="util_8_12", text="batch 8 -> 12: 15-20% better GPU utilization; measured: relative NVML gain",
-         quote="15-20% better GPU utilization", low=15, high=20, unit="%", source="002 review, fix 4", needs=GPU),
+         quote="15-20% better GPU utilization", low=15, high=20, unit="% gain", source="002 review, fix 4", needs=GPU),
     dict(key="speed_12_16", text="batch 12 -> 16: 5-10% faster; measured: throughput gain",
-         quote="| **Batch size 16** | Low | 5-10% | Test for OOM, use if stable |", low=5, high=10, unit="%",
+         quote="| **Batch size 16** | Low | 5-10% | Test for OOM, use if stable |", low=5, high=10, unit="% gain",
          source="002 review, remaining optimizations", needs=GPU),
     dict(key="gain_32_64", text="from batch 32 to 64 throughput gains ~26% (380 -> 480 samples/s); measured: "
-         "throughput gain", quote="380 samples/s  ← Sweet spot", low=23, high=29, unit="%", source=T62, needs=GPU),
+         "throughput gain", quote="380 samples/s  ← Sweet spot", low=23, high=29, unit="% gain", source=T62, needs=GPU),
     dict(key="speed_8_64", text="throughput rises 4x from batch 8 to batch 64 (120 -> 480 samples/s)",
          quote=ROW64, low=3, high=5, source=T62, needs=GPU),
     dict(key="eighty", text="80% of the maximum batch is a safe choice that costs little; measured: its throughput "

@@ -35,7 +35,7 @@ CLAIMS = [
          "measured: its throughput / the best", quote="Rule of thumb: num_workers = min(CPU cores, 8)", low=0.95,
          source="guide §5.4", needs=GPU),
     dict(key="eight_vs_four", text="8 workers instead of 4: 5-10% data loading speedup",
-         quote="5-10% data loading speedup", low=5, high=10, unit="%", source="002 review, fix 5", needs=GPU),
+         quote="5-10% data loading speedup", low=5, high=10, unit="% gain", source="002 review, fix 5", needs=GPU),
     dict(key="rule_util", text="if GPU utilization is below 70% (at 4 workers), increase to 8; measured: throughput "
          "8 / 4 workers when NVML reads under 70% at 4", quote="If GPU utilization <70%, increase to 8", low=1.0,
          source="guide §5.4", needs=GPU),

@@ -32,7 +32,7 @@ CLAIMS: list[dict[str, Any]] = [
          unit="", source=G73, evidence="definition", quote="Enabled by default on Ampere+, but can control:"),
     dict(key="tf32_8x", text="TF32 is 8x faster than FP32 (matmul)", low=7, high=9, source=G73, needs=TENSOR_CORES,
          quote="8× faster than FP32 (uses Tensor Cores)"),  # ±1x around the A100's datasheet 8x
-    dict(key="tf32_20_30", text="TF32 gives a 20-30% matmul speedup", low=20, high=30, unit="%",
+    dict(key="tf32_20_30", text="TF32 gives a 20-30% matmul speedup", low=20, high=30, unit="% gain",
          source="002 optimization review", needs=TENSOR_CORES, quote="20-30% matmul speedup"),
     # Convergence: bands of ±2%, widened at run time to FP32's seed gap when that is larger (check_convergence).
     dict(key="same_fp16", text="Same convergence as FP32 with AMP (FP16 + loss scaling) (final loss within tolerance)",

@@ -27,14 +27,14 @@ _REVIEW = "002 optimization review"
 # torch.cuda.set_sync_debug_mode per synchronizing call), measured in this run. Each needs CUDA: on a CPU there is no
 # queue to drain, so a sync costs nothing, and the debug mode reports nothing.
 CLAIMS = [
-    dict(key="item_twice", text="a single .item() per step instead of two: 2-5% faster", low=2, high=5, unit="%",
+    dict(key="item_twice", text="a single .item() per step instead of two: 2-5% faster", low=2, high=5, unit="% gain",
          quote="**Impact**: **2-5% faster** (reduced synchronization)", source=f"{_REVIEW}, fix 2", needs=_CUDA),
     dict(key="item_sync", text="eliminating the CPU-GPU sync in the training loop: 15-20% faster iterations",
-         low=15, high=20, unit="%", quote="Eliminated CPU-GPU sync in training loop (15-20% faster iterations)",
+         low=15, high=20, unit="% gain", quote="Eliminated CPU-GPU sync in training loop (15-20% faster iterations)",
          source="guide summary (000), arr-coc's key optimizations"),
     dict(key="eval", text="GPU-side accumulation of predictions: 10-15% faster evaluation", low=10, high=15,
-         unit="%", quote="**Impact**: **10-15% faster evaluation**", source=f"{_REVIEW}, fix 3", needs=_CUDA),
-    dict(key="zero_grad", text="zero_grad(set_to_none=True): 5-10% faster per step", low=5, high=10, unit="%",
+         unit="% gain", quote="**Impact**: **10-15% faster evaluation**", source=f"{_REVIEW}, fix 3", needs=_CUDA),
+    dict(key="zero_grad", text="zero_grad(set_to_none=True): 5-10% faster per step", low=5, high=10, unit="% gain",
          quote="**Impact**: **5-10% faster per step**", source=f"{_REVIEW}, fix 1", needs=_CUDA),
     dict(key="mask_sync", text="boolean-mask indexing forces a CPU-GPU sync", low=1, unit="syncs per step",
          quote="BAD: Boolean indexing forces sync", source=_S41, needs=_CUDA),
