@@ -7,8 +7,7 @@ from typing import Any, Callable
 
 from . import checks
 from .claims import Claim, Estimate, as_number, median_interval
-from .text import pct, si
-from .text import ratio as _ratio
+from .text import pct, ratio as _ratio, si
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace

@@ -13,8 +13,7 @@ import torch
 
 from . import checks
 from .claims import Estimate, median_interval
-from .text import ratio as _ratio
-from .text import sig
+from .text import ratio as _ratio, sig
 
 NOISE_THRESHOLD = 0.10  # IQR over median above this is flagged as noisy, as torch.utils.benchmark does
 

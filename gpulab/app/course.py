@@ -340,12 +340,13 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     compare = check_reference_dir(compare)
     ref_problems = reference_problems(compare)
     per_notebook = notebook_parameters(chosen, dict(parameters or {}), smoke)
+    slug = get_device().slug
     if as_reference:
         if smoke:
             raise ValueError("as_reference=True needs full sizes: a reference run is never a smoke run")
-        if get_device().slug != REFERENCE_SLUG:
+        if slug != REFERENCE_SLUG:
             raise ValueError(f"as_reference=True runs only on the reference GPU ({REFERENCE_SLUG}); this is "
-                             f"{get_device().slug}: its run is shown beside the reference instead")
+                             f"{slug}: its run is shown beside the reference instead")
     if html:
         from .html_export import check_available
         check_available()
@@ -355,7 +356,6 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     if _inside(run_results, NOTEBOOK_DIR):
         raise ValueError(f"results={run_results} is inside {NOTEBOOK_DIR}; runs never write there")
     latest = results_dir()  # where Jupyter runs write: the latest result of each notebook
-    slug = get_device().slug
     env = {"GPULAB_RESULTS": str(run_results.resolve()), "GPULAB_RUN_ID": out.resolve().name + f"-{os.getpid()}"}
     env |= {k: os.environ.get(k, v) for k, v in QUIET_ENV.items()}
     env[AS_REFERENCE_ENV] = "1" if as_reference else ""

@@ -40,6 +40,11 @@ def _course(words: str) -> str:
     return f"course check: {words}"
 
 
+def _monitor_claim(text: str, key: str, **band: float) -> Claim:
+    """A self-check claim on the monitor, in percent, quoting itself as the course's own check."""
+    return Claim(text, unit="%", source="monitor", key=key, quote=_course(text), **band)
+
+
 def floor_claims(device: DeviceInfo, peaks, smoke: bool) -> list[tuple[Claim, Any, str]]:
     """The peak and bandwidth floors for this device: fractions of its datasheet, with what to test them on."""
     spec = device.datasheet_peaks
@@ -170,20 +175,16 @@ def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False)
                      else claim.untestable(note))
     gpm_why = busy.available.get("gpm_tensor_active")
     monitor_claims = [
-        (Claim("NVML utilization >= 90% during ~2 s of large BF16 matmuls", low=90, unit="%", source="monitor",
-               key="00.nvml_busy", quote=_course("NVML utilization >= 90% during ~2 s of large BF16 matmuls")),
+        (_monitor_claim("NVML utilization >= 90% during ~2 s of large BF16 matmuls", "00.nvml_busy", low=90),
          busy.estimate("nvml_util"), gpu_why or "NVML not available"),
-        (Claim("GPM tensor activity > 50% during ~2 s of large BF16 matmuls", low=50, unit="%", source="monitor",
-               key="00.gpm_tensor", quote=_course("GPM tensor activity > 50% during ~2 s of large BF16 matmuls")),
+        (_monitor_claim("GPM tensor activity > 50% during ~2 s of large BF16 matmuls", "00.gpm_tensor", low=50),
          busy.estimate("gpm_tensor_active"), gpu_why or gpm_why or "GPM not available"),
-        (Claim("NVML utilization < 10% during ~1 s idle", high=10, unit="%", source="monitor",
-               key="00.nvml_idle", quote=_course("NVML utilization < 10% during ~1 s idle")),
+        (_monitor_claim("NVML utilization < 10% during ~1 s idle", "00.nvml_idle", high=10),
          idle.estimate("nvml_util"), gpu_why or "NVML not available"),
     ]
     for claim, value, why in monitor_claims:
         result.claim(claim.check(value) if value is not None else claim.untestable(why))
-    overhead = Claim("the monitor slows a small training loop by under 1%", high=1.0, unit="%", source="monitor",
-                     key="00.monitor_overhead", quote=_course("the monitor slows a small training loop by under 1%"))
+    overhead = _monitor_claim("the monitor slows a small training loop by under 1%", "00.monitor_overhead", high=1.0)
     result.claim(overhead.check(cmp.estimate().map(lambda r: (1 / r - 1) * 100),
                                 note="on/off step time; interval from both sides' quartiles"))
     bar.update()
