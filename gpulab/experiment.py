@@ -298,7 +298,6 @@ class Comparison:
         body = "".join(f"<tr><td style='text-align:left'>{e(str(k))}</td><td>{e(str(b))}</td><td>{e(str(a))}</td></tr>"
                        for k, b, a in self.rows())
         color = "#666" if self.within_noise else ("#1a7f37" if self.headline().value >= 1 else "#b42318")
-        est = self.headline()
         what = f"{self.after.item_name}/s ratio " if self.work_differs else ""
         notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
         return (f"<div><b>{e(self.name)}</b> on {e(str(self.device))}: "
