@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..claims import Estimate, difference
-from ..text import pct, ratio, si
+from ..text import pct, si
 from ..sampling import gpm_estimate, samples_estimate
 
 _S11, _TABLE = "guide §1.1", "guide §1.2 (Typical MFU Values)"
