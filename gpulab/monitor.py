@@ -36,6 +36,7 @@ METRICS = {
     "gpm_dram_bw": "DRAM bandwidth (GPM, %)",
     "cpu_percent": "host CPU, mean of cores (%)",
 }
+_GPM_MIN_GAP_S = 0.1  # NVML's GPM counters refresh about every 100 ms: two samples closer than that read nothing
 _GPM_IDS = {"gpm_sm_active": 2, "gpm_sm_occupancy": 3, "gpm_tensor_active": 5, "gpm_dram_bw": 10}
 
 
@@ -222,7 +223,7 @@ class Monitor:
         nv.nvmlGpmMetricsGet(mg)
         return {name: mg.metrics[i].value for i, name in enumerate(_GPM_IDS) if mg.metrics[i].nvmlReturn == 0}
 
-    def _poll(self, t: float) -> None:
+    def _poll(self, t: float, final: bool = False) -> None:
         if self.nvml is not None:
             nv, h = self.nvml, self.handle
             self._read_buffered("nvml_util", 1)      # NVML_GPU_UTILIZATION_SAMPLES
@@ -236,7 +237,10 @@ class Monitor:
                     self._add(metric, t, read())
                 except Exception as e:
                     self.trace.available[metric] = f"not available: {type(e).__name__}"
-            if self.gpm_ok and t - self._gpm_last_t >= self.gpm_period_s:
+            # The last poll closes the window with a sample of its own, so a window shorter than the GPM period
+            # still gets its whole-window reading; NVML needs samples over 100 ms apart to refresh.
+            gap = t - self._gpm_last_t if self.gpm_ok else 0.0
+            if self.gpm_ok and (gap >= self.gpm_period_s or (final and gap > _GPM_MIN_GAP_S)):
                 try:
                     s2 = self._gpm_sample()
                     for name, v in self._gpm_metrics(self._gpm_prev, s2).items():
@@ -294,7 +298,7 @@ class Monitor:
         self._thread.join()
         t = time.perf_counter() - self._t0
         self.trace.duration_s = t
-        self._poll(t)
+        self._poll(t, final=True)
         if self.gpm_ok and len(self._gpm_samples) >= 2:
             try:
                 self.trace.window = self._gpm_metrics(self._gpm_first, self._gpm_samples[-1])

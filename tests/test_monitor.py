@@ -86,6 +86,21 @@ def test_records_buffered_samples_and_gpm_from_fake_nvml():
     assert nv.freed >= 2  # GPM samples are released
 
 
+def test_a_window_shorter_than_the_gpm_period_still_gets_its_gpm_reading():
+    # 0.3 s of work under the default 1 s GPM period: the closing poll takes the second sample.
+    with Monitor(FAKE_GPU, nvml=FakeNVML(), poll_s=0.05) as mon:
+        time.sleep(0.3)
+    assert mon.trace.window["gpm_tensor_active"] == pytest.approx(84.4)
+    assert mon.trace.summary()["gpm_sm_active"] == pytest.approx(86.9)
+
+
+def test_a_window_under_100_ms_reads_no_gpm_rather_than_a_stale_one():
+    with Monitor(FAKE_GPU, nvml=FakeNVML(), poll_s=0.05) as mon:
+        time.sleep(0.02)
+    assert mon.trace.mean("gpm_tensor_active") is None
+    assert mon.trace.available["nvml_util"] == "ok"
+
+
 def test_gpm_unsupported_is_reported_not_raised():
     with Monitor(FAKE_GPU, nvml=FakeNVML(gpm_supported=False), poll_s=0.05) as mon:
         time.sleep(0.1)
