@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
 from gpulab.results import comparisons  # noqa: E402
+from gpulab.text import pct, sig  # noqa: E402
 
 REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "nvidia-h100-80gb-hbm3"
 
@@ -50,7 +51,7 @@ def test_04_pairs_without_a_reference_draw_no_grey_slot_and_three_figures(shown)
     assert set(_colours(ax.patches)) == {plots.BEFORE, plots.AFTER}
     assert all(abs(p.get_width() - 0.4) < 1e-9 for p in ax.patches)  # the pair fills its slot
     values = [t.get_text() for t in ax.texts]
-    assert values[0] == f"{cs[0].before.mfu * 100:.3g}" and all("." in v for v in values)
+    assert values[0] == sig(cs[0].before.mfu * 100) and all("." in v for v in values)  # 14.0, not 14
     SP.pairs_figure(loops, ref, "mfu", "t")  # beside a reference: its two grey bars, named
     assert _legend(shown[-1].axes[0])[2:] == ["reference GPU, before", "reference GPU, after"]
 
@@ -66,7 +67,8 @@ def test_03_modes_figure_eager_red_no_empty_reference(shown):
     assert _legend(times) == ["eager, this run", "graph or compiled, this run"]
     assert _legend(compile_) == ["graph or compiled, this run"]  # no eager bar there: no eager entry
     assert _colours(times.patches)[0] == plots.BEFORE and set(_colours(times.patches[1:])) == {plots.AFTER}
-    assert "74.0" in [t.get_text() for t in compile_.texts]  # 74.0 s as in the table, not 74
+    compile_s = [m["compile_s"] for m in ref["extra"]["modes"] if m.get("ok")]
+    assert [t.get_text() for t in compile_.texts if t.get_text()] == [sig(v) for v in compile_s]  # 74.0 s, not 74
     F3.modes_figure(cmp, ref["extra"]["modes"], ref, "t")
     assert _legend(shown[-1].axes[0])[-1] == "reference GPU"
 
@@ -92,7 +94,9 @@ def test_02_roofline_legend_names_points_and_ridge(shown, monkeypatch):
     table = TC.roofline(sweep, peaks, "bf16", "t")
     names = _legend(shown[-1].axes[0])
     assert any(n.startswith("BF16") for n in names) and any(n.startswith("ridge point") for n in names)
-    assert "| 96.5% |" in table  # three significant figures (it read 96%)
+    share = [p.tflops / min(peaks.tflops["bf16"], p.intensity * peaks.copy_gbs / 1e3) for p in sweep.points
+             if p.dtype == "bf16"]
+    assert all(f"| {pct(v)} |" in table for v in share)  # three significant figures (it read 96% for 96.5%)
 
 
 def test_headlines_and_times_at_three_significant_figures():
@@ -115,3 +119,26 @@ def test_claim_band_singular_and_ratios_at_three_figures():
     c = Claim("t", low=30, high=100, unit="%").check(46.0, interval=(45.5, 47.5))
     assert c._measured_str() == "46.0% [45.5, 47.5]"
     assert Claim("t", low=3, high=3, unit="kernels").check(8)._measured_str() == "8 kernels"  # a count stays whole
+
+
+def test_02_roofline_labels_stay_under_the_roof(shown, monkeypatch):
+    """On the third H100 page the label of n=2048, just under the compute ceiling, was struck through by it."""
+    from gpulab.lessons import tensor_cores as TC
+    from gpulab.matmuls import MatmulSweep
+    from gpulab.peaks import MeasuredPeaks
+
+    monkeypatch.setattr(TC, "_show", lambda: shown.append(plt.gcf()))
+    ref = _ref("02_tensor_cores")
+    sweep, peaks = MatmulSweep.from_dict(ref["extra"]["sweep"]), MeasuredPeaks.from_dict(ref["extra"]["peaks"])
+    TC.roofline(sweep, peaks, "bf16", "t")
+    fig = shown[-1]
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    peak, bw = peaks.tflops["bf16"], peaks.copy_gbs
+    labels = [t for t in ax.texts if t.get_text().isdigit()]
+    assert len(labels) == len([p for p in sweep.points if p.dtype == "bf16"])
+    for t in labels:
+        (x0, y0), (x1, y1) = ax.transData.inverted().transform(t.get_window_extent().get_points())
+        roof = min(min(peak, x * bw / 1e3) for x in (x0, x1))
+        assert y1 < roof, f"label {t.get_text()} reaches {y1:.0f} TFLOP/s, over the roof at {roof:.0f}"
+

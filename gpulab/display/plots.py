@@ -219,7 +219,9 @@ def roofline(points: Sequence[tuple[str, float, float]], *, peak_tflops: float, 
             label=f"{ceiling_label} ceilings: {si(peak_tflops * 1e12, 'FLOP/s')}, {si(bandwidth_gbs * 1e9, 'B/s')}")
     for label, x, y in points:
         ax.scatter([x], [y], zorder=3, color=color or AFTER)
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        near_roof = y > 0.5 * min(peak_tflops, x * bandwidth_gbs / 1e3)  # above it, the label would cross the roof
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, -4) if near_roof else (4, 4),
+                    va="top" if near_roof else "baseline", fontsize=8)
     ax.axvline(ridge, ls=":", color="#999")
     ax.set_xscale("log")
     ax.set_yscale("log")
