@@ -31,7 +31,7 @@ from typing import Any, Callable
 import torch
 
 from .flops import mfu as _mfu
-from .text import si
+from .text import pct, si
 
 CSV_FIELDS = ("step", "steps", "gpu_ms", "host_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active")
 COST_BUDGET = 0.002  # the tracker keeps its own host time under this share of a step (see `every`)
@@ -364,13 +364,13 @@ class StepTracker:
 
     def log_line(self, r: StepRecord) -> str:
         """One line for a script's log."""
-        parts = [f"step {r.step}", f"{r.gpu_ms:.2f} ms"]
+        parts = [f"step {r.step}", si(r.gpu_ms / 1e3, "s")]  # 13.5 ms, not 13.51 ms
         if r.items_per_s is not None:
             parts.append(f"{si(r.items_per_s)} {self.item_name}/s")  # 421 k, not 420,783
         if r.tflops is not None:
             parts.append(si(r.tflops * 1e12, "FLOP/s"))  # 185 TFLOP/s on a GPU, 78.4 MFLOP/s on a CPU
         if r.mfu is not None:
-            parts.append(f"MFU {r.mfu:.1%}")
+            parts.append(f"MFU {pct(r.mfu)}")  # 4.00%, not 4.0%
         if r.nvml_util is not None:
             parts.append(f"NVML {r.nvml_util:.0f}%")
         if r.gpm_sm_active is not None:

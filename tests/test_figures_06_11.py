@@ -82,3 +82,39 @@ def test_08_charts_fit_the_page_and_write_three_significant_figures(monkeypatch)
     fmt = {key: f for key, _, f in CS.WATERFALL_COLUMNS}
     assert fmt["cumulative"](12.551) == "12.6x" and fmt["gain"](1.0) == "1.00x"
     assert "\n12.6x" in plots.waterfall([("a", 1.0), ("b", 12.551)]).axes[0].texts[1].get_text()
+
+
+def test_06_mfu_stays_visible_where_it_coincides_with_tensor_activity(monkeypatch):
+    """06 on the H100: MFU and GPM's tensor activity were the same line, and the solid red hid the solid blue."""
+    from gpulab.lessons import batch_size as M
+
+    rows = [dict(batch_size=b, samples_per_s=100.0 * b, mfu=0.003 * b, nvml_util=20.0 + b, gpm_sm_active=10.0 + b,
+                 gpm_tensor_active=0.3 * b, peak_mem_gb=0.1 * b, cpu_percent=None, oom=False) for b in (1, 2, 4, 8)]
+    lesson = SimpleNamespace(gpu=True, reference=None, device=SimpleNamespace(memory_gb=85.0))
+    figs = []
+    monkeypatch.setattr(plt, "show", lambda: figs.extend(plt.figure(n) for n in plt.get_fignums()))
+    M.sweep_figures(SimpleNamespace(ok=rows, seq_len=128), lesson, None, None)
+    ax = figs[1].axes[0]  # throughput, utilization, memory
+    assert ax.get_title() == "utilization"
+    lines = {ln.get_label(): ln for ln in ax.lines}
+    mfu, tensor = lines["MFU (%)"], lines["tensor active, GPM (%)"]
+    assert mfu.get_linestyle() == "--" and mfu.get_zorder() > tensor.get_zorder()
+    assert mfu.get_markersize() < tensor.get_markersize()  # the circles beneath still show
+    legend = {t.get_text(): h for t, h in zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
+    assert legend["MFU (%)"].get_linestyle() == "--"
+
+
+def test_a_memory_peak_narrower_than_a_pixel_is_marked():
+    """11 on the H100: the label said "peak 5.39 GB" over areas that stopped at 4.8 GB, the peak a temporary
+    freed within a microsecond."""
+    from gpulab.traces import StepMemoryProfile
+
+    times = [0.0, 5.0, 10.771, 10.772, 10.773, 20.0]
+    act = [0, 4_000_000_000, 4_000_000_000, 5_000_000_000, 4_000_000_000, 0]
+    cats = {"parameters": [100] * 6, "gradients": [0] * 6, "optimizer state": [0] * 6, "activations": act,
+            "other": [0] * 6}
+    fig = plots.memory_timeline(StepMemoryProfile("cuda:0", times, cats))
+    marks = [ln for ln in fig.axes[0].lines if len(ln.get_xdata()) == 1 and ln.get_marker() not in ("None", "")]
+    assert len(marks) == 1
+    assert (marks[0].get_xdata()[0], marks[0].get_ydata()[0]) == pytest.approx((10.772, 5.0000001))
+    assert fig.axes[0].get_ylim()[1] > 5.0

@@ -136,3 +136,35 @@ def test_tracker_log_line_writes_three_significant_figures():
                         gpm_sm_active=21.0)
     line = "step 76 | 8.18 ms | 501 k samples/s | 202 TFLOP/s | MFU 20.4% | NVML 66% | SM active 21%"
     assert StepTracker.log_line(t, r) == line  # not 500,971 samples/s and 201.8 TFLOP/s
+    r.gpu_ms, r.mfu = 13.51, 0.04  # two figures past ten, one lost to a fixed format: 13.51 ms, MFU 4.0%
+    assert StepTracker.log_line(t, r).startswith("step 76 | 13.5 ms |") and "| MFU 4.00% |" in StepTracker.log_line(t, r)
+
+
+def test_07_underflow_histogram_legend_clears_the_bars_and_never_rounds_to_all():
+    """07 on the H100: the panel legend covered the logit histogram's tallest bars, and "100% below" sat over a
+    bar of 8,192 logit gradients above FP16's smallest number (99.998%); the table said "100%" zeroed too."""
+    from gpulab.training.numerics import UnderflowReport, plot_underflow, share
+
+    assert share(0.9999794960021973) == "99.998%" and share(1.0) == "100%" and share(0.403) == "40.3%"
+    assert share(0.0) == "0%" and share(1 - 1e-12) == "> 99.99999%"
+    logits = [0] * 48
+    logits[18], logits[19], logits[34] = 143_475_424, 177_840_640, 8_191
+    rows = [{"mode": "fp32", "logit_grads_zeroed": 0.0, "param_grads_zeroed": 0.0, "grad_rel_error": 0.0,
+             "loss_scale": None},
+            {"mode": "fp16_noscale", "logit_grads_zeroed": 0.99998, "param_grads_zeroed": 0.403,
+             "grad_rel_error": 0.0248, "loss_scale": None}]
+    rep = UnderflowReport(rows=rows, loss_multiplier=1.0, scale=None, hist_edges=[-48.0 + i for i in range(49)],
+                          hist_logits=logits, hist_params=[1] * 48, device="cuda:0")
+    assert "99.998%" in rep._repr_html_()
+    fig = plot_underflow(rep)
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["FP16 smallest normal 2^-14",
+                                                                  "FP16 smallest subnormal 2^-24"]
+    assert fig.axes[0].get_title().startswith("logit gradients: 99.997% below")  # 8,191 of 321 M above
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    leg = fig.legends[0].get_window_extent(r)
+    for ax in fig.axes:  # above the panels and their titles, inside the figure, under its title
+        assert leg.y0 >= ax.get_tightbbox(r).y1 - 1
+    assert leg.y1 <= fig.bbox.y1 and leg.y1 <= fig._suptitle.get_window_extent(r).y0 + 1
+    plt.close(fig)

@@ -362,6 +362,9 @@ def memory_timeline(profile: Any, *, title: str = "memory over one training step
     ax.stackplot(profile.times_ms, *[[v / 1e9 for v in profile.by_category[c]] for c in cats],
                  labels=cats, colors=[MEMORY_COLORS[c] for c in cats], alpha=0.8, step="post")
     ax.axvline(profile.peak_ms, color="k", ls=":", lw=1)
+    # The peak as a point: a spike narrower than a pixel (a temporary freed within microseconds) is not drawn by
+    # the stacked areas, and the label would name a height the curve never reaches.
+    ax.plot([profile.peak_ms], [profile.peak_bytes / 1e9], marker="v", ms=6, color="k", ls="none", zorder=4)
     ax.annotate(f"peak {si(profile.peak_bytes, 'B')}", (profile.peak_ms, profile.peak_bytes / 1e9),  # as in the text
                 xytext=(5, -12), textcoords="offset points", fontsize=8)
     ax.set_xlabel("ms since the step began")

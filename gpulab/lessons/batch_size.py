@@ -265,7 +265,12 @@ def sweep_figures(sw: Sweep, lesson: Any, cfg: Any, sim_memory_mb: float | None)
         levels["host CPU (%)"] = column(ok, "cpu_percent")
     figs.append(plots.sweep(xs, levels, xlabel=axis, ylabel="percent", logx=True, title="utilization",
                             ref={"MFU (%)": ref("mfu", 100)} if ref_rows else None))
-    figs[-1].axes[0].set_ylim(-3, 105)
+    ax = figs[-1].axes[0]
+    ax.set_ylim(-3, 105)
+    for line in ax.lines:  # MFU and tensor activity often coincide: dashed on top, so neither hides the other
+        if line.get_label() == "MFU (%)":
+            line.set(ls="--", marker="s", ms=3.5, zorder=3)
+    ax.legend(fontsize=8)  # redrawn, so that its MFU entry is dashed too
     if gpu:
         mem = {"peak memory allocated (GB)": column(ok, "peak_mem_gb")}
         hl = {f"device memory, {si(lesson.device.memory_gb, 'GB')}": lesson.device.memory_gb}
