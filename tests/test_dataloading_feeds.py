@@ -216,3 +216,39 @@ def test_batch_sweep_takes_any_step_with_its_sequence_length_and_flops():
     assert set(calls) == {1, 4} and set(runs) == {1, 4}
     assert rows[1]["tokens_per_s"] == pytest.approx(rows[1]["samples_per_s"] * 16)
     assert runs[4].flops == pytest.approx(8e6) and runs[4].items == 64
+
+
+def _paired(ratios, per_call=0.05, calls=10):
+    """Two fed loops in paired windows whose per-call time ratios (before / after) are `ratios`."""
+    from gpulab.experiment import Comparison
+    from gpulab.timing import Measurement
+
+    def side(label, windows):
+        return RunResult(label, Measurement(label, [per_call] * calls, windows=windows), items=256, pipeline=True)
+    before = side("factor 2", [(calls, calls * per_call * r) for r in ratios])
+    after = side("factor 4", [(calls, calls * per_call)] * len(ratios))
+    return Comparison("prefetch_factor 2 -> 4", before, after)
+
+
+def test_paired_ratio_is_a_95_percent_interval_even_from_three_window_pairs():
+    """Three window pairs: their range (cmp.estimate()) holds the true ratio about 75% of the time, so three pairs
+    that happen to agree decide a claim; feeds.paired_ratio's t-interval holds it about 95% of the time."""
+    import math
+    import random
+    rng = random.Random(0)
+    trials, old_hits, new_hits = 400, 0, 0
+    for _ in range(trials):  # true ratio 1.0; window-pair noise as in the H100 runs (about 6.5% per pair)
+        cmp = _paired([math.exp(rng.gauss(0.0, 0.065)) for _ in range(3)])
+        old, new = cmp.estimate(), feeds.paired_ratio(cmp)
+        old_hits += old.lo <= 1.0 <= old.hi
+        new_hits += new.lo <= 1.0 <= new.hi
+        assert new.value == pytest.approx(old.value) and new.lo <= old.lo and new.hi >= old.hi
+    assert old_hits / trials < 0.85 and new_hits / trials > 0.92
+    # The H100 reference run's three pairs (1.17, 1.04, 1.01): range [1.01, 1.17] decided nothing by a hair against
+    # the 5% bar; a 95% interval from three pairs is about [0.88, 1.30].
+    est = feeds.paired_ratio(_paired([1.17, 1.04, 1.01]))
+    assert est.lo == pytest.approx(0.884, abs=0.01) and est.hi == pytest.approx(1.297, abs=0.01)
+    assert feeds._t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert feeds._t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
+    with pytest.raises(ValueError, match="two window pairs"):
+        feeds.paired_ratio(_paired([1.1]))
