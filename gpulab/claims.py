@@ -139,6 +139,25 @@ def median_interval(values: list[float], confidence: float = 0.95,
     return (lo, hi) if include is None else (min(lo, include), max(hi, include))
 
 
+def t_quantile(p: float, df: int) -> float:
+    """The `p` quantile (p >= 0.5) of Student's t with `df` degrees of freedom: bisection on its CDF, the density
+    integrated by Simpson's rule (4.303 for p = 0.975 and df = 2; 1.960 as df grows)."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(x: float, steps: int = 400) -> float:
+        h = x / steps
+        f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(steps + 1)]
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
 def interval_of(x: Any) -> tuple[float, float] | None:
     """(lo, hi) of a measurement, comparison, speedup or estimate; None when there is none."""
     e = estimate_of(x)

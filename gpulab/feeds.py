@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from . import checks
-from .claims import Estimate
+from .claims import Estimate, t_quantile
 from .dataloading import CUDAPrefetcher, _check_int, _shutdown, endless_loader, to_device, workers
 from .device import as_torch_device, get_device
 from .experiment import Comparison, RunResult, default_min_time, measure
@@ -279,28 +279,9 @@ def paired_ratio(cmp: Comparison, confidence: float = 0.95) -> Estimate:
         raise ValueError(f"{cmp.name!r}: a t-interval needs at least two window pairs, got {len(logs)}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence={confidence!r} must be between 0 and 1")
-    half = _t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     mean, value = statistics.fmean(logs), cmp.estimate().value
     return Estimate(value, min(value, math.exp(mean - half)), max(value, math.exp(mean + half)))
-
-
-def _t_quantile(p: float, df: int) -> float:
-    """The `p` quantile (p >= 0.5) of Student's t with `df` degrees of freedom: bisection on its CDF, the density
-    integrated by Simpson's rule (4.303 for p = 0.975 and df = 2; 1.960 as df grows)."""
-    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
-
-    def cdf(x: float, steps: int = 400) -> float:
-        h = x / steps
-        f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(steps + 1)]
-        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
-
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        lo, hi = hi, hi * 2
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
 
 
 def data_wait(run: RunResult) -> Estimate | None:

@@ -6,7 +6,7 @@ import torch
 
 from gpulab import batchsize as bs
 from gpulab import dataloading as dl
-from gpulab import feeds
+from gpulab import claims, feeds
 from gpulab.experiment import RunResult
 from gpulab.flops import transformer_flops_per_token
 from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset
@@ -248,7 +248,7 @@ def test_paired_ratio_is_a_95_percent_interval_even_from_three_window_pairs():
     # the 5% bar; a 95% interval from three pairs is about [0.88, 1.30].
     est = feeds.paired_ratio(_paired([1.17, 1.04, 1.01]))
     assert est.lo == pytest.approx(0.884, abs=0.01) and est.hi == pytest.approx(1.297, abs=0.01)
-    assert feeds._t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
-    assert feeds._t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
+    assert claims.t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert claims.t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
     with pytest.raises(ValueError, match="two window pairs"):
         feeds.paired_ratio(_paired([1.1]))
