@@ -2,7 +2,9 @@
 
 `tracker_overhead(step, ...)` times gpulab's `track` in ABBA blocks without syncs (CUDA events around each block
 on a GPU) and the guide's §8.4 `GuideTracker`, which synchronizes twice per step, in synced rounds beside rounds
-without a tracker; `paired_overhead` turns paired timings into a percentage with its 95% interval.
+without a tracker; `paired_overhead` turns paired timings into a percentage with its 95% interval. Both
+trackers' own host time (inside `step()`, or inside the guide's `start_step()` and `end_step()` with their
+syncs) is timed call by call: on a loop the host paces, that time is the tracker's cost.
 """
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ class OverheadResult:
     block_timer: str = "host clock"  # what timed the blocks: "events" (CUDA events on a GPU)
     host_blocks: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # the host clock's view
     own_s: list[float] = dataclasses.field(default_factory=list)  # per on block: host seconds inside tracker.step()
+    guide_own_s: list[float] = dataclasses.field(default_factory=list)  # per guide round: seconds in its two calls
 
     @property
     def step_s(self) -> float:
@@ -106,15 +109,37 @@ class OverheadResult:
         """
         if len(self.own_s) < 2:
             raise ValueError("own_s needs the tracker's time in at least 2 blocks")
-        base = statistics.fmean(self.host_blocks.get("off") or self.blocks["off"])
-        mean = statistics.fmean(self.own_s)
-        half = z * statistics.stdev(self.own_s) / math.sqrt(len(self.own_s))
-        return Estimate(mean / base * 100, (mean - half) / base * 100, (mean + half) / base * 100)
+        return _share(self.own_s, self.host_blocks.get("off") or self.blocks["off"], z)
+
+    def guide_own_cost(self, z: float = 1.96) -> Estimate:
+        """The host time the guide's tracker spends inside `start_step()` and `end_step()`, per step, in percent of
+        an untracked step (the untracked synced rounds beside its rounds).
+
+        Most of it is the wait in its two `torch.cuda.synchronize()` calls: for the GPU to finish the step's last
+        kernels, and the syncs' own latency. On a loop the host paces, the host launches nothing while it waits,
+        so this time is added to every step: it is the tracker's cost there, measured call by call, where the
+        A/B of whole rounds carries the host's jitter of tens of percent. (On a GPU-bound loop it is not: the
+        host would be waiting for the GPU anyway.) The interval is the 95% confidence interval of the mean over
+        the tracked rounds.
+        """
+        if len(self.guide_own_s) < 2:
+            raise ValueError("guide_own_s needs the guide tracker's time in at least 2 rounds")
+        return _share(self.guide_own_s, self.rounds["off"], z)
 
     def to_dict(self) -> dict[str, Any]:
+        est = lambda e: list(e.interval) + [e.value]  # noqa: E731
         return dataclasses.asdict(self) | {
-            "overhead_pct": {m: list(self.overhead(m).interval) + [self.overhead(m).value] for m in TRACKER_MODES[1:]}} | (
-            {"own_cost_pct": list(self.own_cost().interval) + [self.own_cost().value]} if len(self.own_s) > 1 else {})
+            "overhead_pct": {m: est(self.overhead(m)) for m in TRACKER_MODES[1:]}} | (
+            {"own_cost_pct": est(self.own_cost())} if len(self.own_s) > 1 else {}) | (
+            {"guide_own_cost_pct": est(self.guide_own_cost())} if len(self.guide_own_s) > 1 else {})
+
+
+def _share(own: list[float], base: list[float], z: float) -> Estimate:
+    """The mean of `own` in percent of the mean of `base`, with a normal interval (z) on the mean of `own`."""
+    b = statistics.fmean(base)
+    mean = statistics.fmean(own)
+    half = z * statistics.stdev(own) / math.sqrt(len(own))
+    return Estimate(mean / b * 100, (mean - half) / b * 100, (mean + half) / b * 100)
 
 
 def _abba(n: int) -> list[bool]:
@@ -172,7 +197,8 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
         mfu = clean.summary().get("mfu_window")
         if mfu is not None:
             out.tracker_mfu.append(mfu)
-        out.rounds, out.guide_mfu = _guide_rounds(step, round_steps, rounds, flops_per_step, peak, clock, sync)
+        out.rounds, out.guide_mfu, out.guide_own_s = _guide_rounds(step, round_steps, rounds, flops_per_step, peak,
+                                                                   clock, sync)
     finally:
         if was_enabled:
             gc.enable()
@@ -221,20 +247,27 @@ def _tracker_blocks(step: Callable[[], Any], make_tracker: Callable[[], Any], bl
 
 def _guide_rounds(step: Callable[[], Any], round_steps: int, rounds: int, flops_per_step: float | None,
                   peak: float, clock: Callable[[], float], sync: Callable[[], None]
-                  ) -> tuple[dict[str, list[float]], list[float]]:
-    """Seconds per step of synced rounds with the guide's tracker and without, alternating; and the MFU the
-    guide's tracker reports at the end of each of its rounds."""
+                  ) -> tuple[dict[str, list[float]], list[float], list[float]]:
+    """Seconds per step of synced rounds with the guide's tracker and without, alternating; the MFU the
+    guide's tracker reports at the end of each of its rounds; and per tracked round, the host seconds per step
+    spent inside its `start_step()` and `end_step()`."""
     times: dict[str, list[float]] = {"off": [], "guide §8.4 tracker": []}
-    mfus = []
+    mfus, own = [], []
     for guided in _abba(2 * rounds):
         sync()
         t0 = clock()
         if guided:
             gt = GuideTracker(flops_per_step or 1.0, peak or 1.0)
+            inside = 0.0
             for _ in range(round_steps):
+                c0 = clock()
                 gt.start_step()
+                inside += clock() - c0
                 step()
+                c0 = clock()
                 m = gt.end_step()
+                inside += clock() - c0
+            own.append(inside / round_steps)
         else:
             for _ in range(round_steps):
                 step()
@@ -242,4 +275,4 @@ def _guide_rounds(step: Callable[[], Any], round_steps: int, rounds: int, flops_
         times["guide §8.4 tracker" if guided else "off"].append((clock() - t0) / round_steps)
         if guided and peak:
             mfus.append(m["mfu_percent"] / 100)
-    return times, mfus
+    return times, mfus, own

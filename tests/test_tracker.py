@@ -341,3 +341,43 @@ def test_tracker_overhead_measures_the_trackers_own_host_time(cpu_device):
     assert own.value == pytest.approx(1.0) and own.interval == pytest.approx((1.0, 1.0))
     assert o.overhead("gpulab tracker").value == pytest.approx(1.0)  # host-paced: the A/B sees the same cost
     assert "own_cost_pct" in o.to_dict()
+
+
+def test_tracker_overhead_times_the_guide_trackers_own_calls(cpu_device, monkeypatch):
+    """On a host-paced loop the guide's tracker costs the time its two syncs wait, call by call: each sync here
+    waits 20 µs for the 'GPU', so a 3.5 ms step pays 40 µs (1.14%); the step itself is not counted as its time."""
+    from gpulab import tracker_overhead as pl
+    clock = FakeClock()
+
+    def step():
+        clock.t += 3.5e-3
+
+    def synchronize(*a):
+        clock.t += 20e-6
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the guide's tracker syncs only with CUDA
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+
+    class FreeTracker:
+        def start(self):
+            return self
+
+        def step(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def summary(self):
+            return {}
+
+    o = pl.tracker_overhead(step, loop="fake", block_steps=3, blocks=8, round_steps=5, rounds=4,
+                            flops_per_step=1e9, peak_tflops=100.0, clock=clock, sync=lambda: None, events=None,
+                            make_tracker=FreeTracker)
+    assert o.guide_own_s == pytest.approx([40e-6] * 4)
+    own = o.guide_own_cost()
+    assert own.value == pytest.approx(40 / 3500 * 100) and own.interval == pytest.approx((own.value, own.value))
+    assert o.overhead("guide §8.4 tracker").value == pytest.approx(own.value)  # host-paced: the A/B sees the same
+    assert o.to_dict()["guide_own_cost_pct"] == pytest.approx([own.value] * 3)
+    with pytest.raises(ValueError, match="at least 2 rounds"):
+        pl.OverheadResult(loop="x", steps_per_block=1, steps_per_round=1, blocks={}, rounds={}).guide_own_cost()
