@@ -25,7 +25,7 @@ class MeasuredPeaks:
     matmul_size: int = 0
     notes: list[str] = field(default_factory=list)
     rounds: dict[str, list[float]] = field(default_factory=dict)  # TFLOP/s of each sustained round
-    # [lo, hi] TFLOP/s of each round: a 95% confidence interval for its median time (how well the round's rate is known)
+    # [lo, hi] TFLOP/s of each round: a 95% confidence interval for its median time (how well its rate is known)
     round_intervals: dict[str, list[list[float]]] = field(default_factory=dict)
     sm_clock_mhz: dict[str, float] = field(default_factory=dict)  # mean SM clock while each dtype ran
     power_w: dict[str, float] = field(default_factory=dict)       # mean board power while each dtype ran
@@ -125,7 +125,8 @@ def sustained_matmul_tflops(n: int, dtype: str, device: torch.device | None = No
             trace = mon.stop() if mon else None
     out = [2 * n**3 / m.median / 1e12 for m in timed]
     ci = [m.median_estimate() for m in timed]
-    state: dict[str, Any] = {"round_intervals": [[2 * n**3 / e.hi / 1e12, 2 * n**3 / e.lo / 1e12] for e in ci]}
+    state: dict[str, Any] = {"round_intervals": [[2 * n**3 / e.hi / 1e12, 2 * n**3 / max(e.lo, 1e-9) / 1e12]
+                                                 for e in ci]}
     for metric in ("sm_clock_mhz", "power_w"):
         v = trace.mean(metric) if trace else None
         if v is not None:
