@@ -25,6 +25,8 @@ class MeasuredPeaks:
     matmul_size: int = 0
     notes: list[str] = field(default_factory=list)
     rounds: dict[str, list[float]] = field(default_factory=dict)  # TFLOP/s of each sustained round
+    # [lo, hi] TFLOP/s of each round: a 95% confidence interval for its median time (how well its rate is known)
+    round_intervals: dict[str, list[list[float]]] = field(default_factory=dict)
     sm_clock_mhz: dict[str, float] = field(default_factory=dict)  # mean SM clock while each dtype ran
     power_w: dict[str, float] = field(default_factory=dict)       # mean board power while each dtype ran
     run_id: str = ""  # the course run these peaks were measured for (one measurement per run)
@@ -33,6 +35,15 @@ class MeasuredPeaks:
         """(best - worst) / best over the sustained rounds of `dtype`."""
         r = self.rounds.get(dtype)
         return (max(r) - min(r)) / max(r) if r and max(r) > 0 else None
+
+    def best_round(self, dtype: str) -> tuple[float, float, float] | None:
+        """(TFLOP/s, lo, hi) of the best sustained round of `dtype`, lo and hi a 95% confidence interval for its
+        median; None where the rounds' intervals were not kept (peaks measured by an older version)."""
+        r, q = self.rounds.get(dtype) or [], self.round_intervals.get(dtype) or []
+        if not r or len(q) != len(r):
+            return None
+        i = max(range(len(r)), key=r.__getitem__)
+        return r[i], min(q[i][0], r[i]), max(q[i][1], r[i])
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -87,12 +98,13 @@ def _matmul_fn(n: int, dtype: str, device: torch.device):
 
 
 def sustained_matmul_tflops(n: int, dtype: str, device: torch.device | None = None, *, warm_s: float = 2.0,
-                            rounds: int = 3, round_s: float = 0.5) -> tuple[list[float], dict[str, float]]:
+                            rounds: int = 3, round_s: float = 0.5) -> tuple[list[float], dict[str, Any]]:
     """TFLOP/s of each of `rounds` timed rounds of an n³ matmul after `warm_s` of back-to-back work.
 
     A peak is a sustained rate: the first second of load runs at boost clocks and power limits bite later,
-    so a short burst reads high on one run and low on the next. Returns the rounds and the mean SM clock
-    and power seen during them (empty where NVML is missing).
+    so a short burst reads high on one run and low on the next. Returns the rounds (each at its median time)
+    and a dict: "round_intervals", [lo, hi] TFLOP/s of each round from a 95% confidence interval for its median
+    time, and the mean SM clock and power seen during them ("sm_clock_mhz", "power_w"; absent without NVML).
     """
     from .timing import benchmark
 
@@ -108,11 +120,13 @@ def sustained_matmul_tflops(n: int, dtype: str, device: torch.device | None = No
             from .monitor import Monitor
             mon = Monitor(get_device(device.index), poll_s=0.2, gpm=False, cpu=False).start()
         try:
-            out = [2 * n**3 / benchmark(fn, min_time_s=round_s, warmup_s=0, device=device).median / 1e12
-                   for _ in range(rounds)]
+            timed = [benchmark(fn, min_time_s=round_s, warmup_s=0, device=device) for _ in range(rounds)]
         finally:
             trace = mon.stop() if mon else None
-    state = {}
+    out = [2 * n**3 / m.median / 1e12 for m in timed]
+    ci = [m.median_estimate() for m in timed]
+    state: dict[str, Any] = {"round_intervals": [[2 * n**3 / e.hi / 1e12, 2 * n**3 / max(e.lo, 1e-9) / 1e12]
+                                                 for e in ci]}
     for metric in ("sm_clock_mhz", "power_w"):
         v = trace.mean(metric) if trace else None
         if v is not None:
@@ -203,7 +217,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
     for d in dtypes:
         if old is not None and d in old.tflops:
             out.tflops[d], out.rounds[d] = old.tflops[d], old.rounds.get(d, [])
-            for attr in ("sm_clock_mhz", "power_w"):
+            for attr in ("round_intervals", "sm_clock_mhz", "power_w"):
                 if d in getattr(old, attr):
                     getattr(out, attr)[d] = getattr(old, attr)[d]
             continue
@@ -223,10 +237,9 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
             r, state = sustained_matmul_tflops(n, d, device.torch_device, warm_s=warm_s, rounds=rounds,
                                                round_s=round_s)
             out.tflops[d], out.rounds[d] = max(r), r
-            if "sm_clock_mhz" in state:
-                out.sm_clock_mhz[d] = state["sm_clock_mhz"]
-            if "power_w" in state:
-                out.power_w[d] = state["power_w"]
+            for attr in ("round_intervals", "sm_clock_mhz", "power_w"):
+                if attr in state:
+                    getattr(out, attr)[d] = state[attr]
         except Exception as e:  # an unsupported kernel on some GPU must not stop the others
             out.notes.append(f"{d.upper()} failed: {type(e).__name__}: {e}"[:200])
     out.copy_gbs = old.copy_gbs if old is not None else copy_bandwidth_gbs(
@@ -239,6 +252,8 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
             for d in old.tflops:
                 if d not in out.tflops:
                     out.tflops[d], out.rounds[d] = old.tflops[d], old.rounds.get(d, [])
+                    if d in old.round_intervals:
+                        out.round_intervals[d] = old.round_intervals[d]
         try:
             write_json_atomic(cache_file, out.to_dict())
         except OSError as e:

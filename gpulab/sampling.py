@@ -6,6 +6,7 @@ against bursts of GPU work whose busy time is known from CUDA events (shared by 
     sampling.gpm_estimate(gl.watch(fn), "gpm_tensor_active")  # whole-window GPM value, interval its 1 s readings
     bursts = sampling.run_bursts(work, per_call_s, burst_ms=2, gap_ms=18)   # NVML beside the known busy share
     sampling.captured_share([bursts])                         # NVML's reading over the true busy time
+    sampling.captured_by_pattern([bursts])                    # the same, one Estimate per burst pattern
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .claims import Estimate
+from .claims import Estimate, median_interval
 from .device import DeviceInfo, get_device
 from .monitor import Monitor, Trace
 from .timing import quantiles
@@ -122,6 +123,25 @@ def captured_share(runs: Sequence[BurstRun]) -> Estimate | None:
     pooled = sum((b - a) * v for a, b, v, _ in periods) / sum((b - a) * t for a, b, _, t in periods)
     q1, _, q3 = quantiles([v / t for _, _, v, t in periods])
     return Estimate(pooled, min(q1, pooled), max(q3, pooled))
+
+
+def captured_by_pattern(runs: Sequence[BurstRun]) -> list[Estimate | None]:
+    """Share of each burst pattern's busy time that NVML reported, one Estimate per run (None where a run has no
+    busy period): NVML-weighted time over true busy time pooled over the run's periods, its interval a 95%
+    confidence interval for the median of the per-period ratios (their range up to 8 periods).
+
+    A reading that should equal the busy share on every workload is tested on each pattern: a short-burst
+    pattern and a long-burst one can differ more than the periods of either, so pooling them hides the one
+    that sits further from the claim."""
+    out: list[Estimate | None] = []
+    for r in runs:
+        periods = [p for p in r.periods if p[3] > 0]
+        if not periods:
+            out.append(None)
+            continue
+        pooled = sum((b - a) * v for a, b, v, _ in periods) / sum((b - a) * t for a, b, _, t in periods)
+        out.append(Estimate(pooled, *median_interval([v / t for _, _, v, t in periods], include=pooled)))
+    return out
 
 
 def run_bursts(work: Callable[[], Any], per_call_s: float, *, burst_ms: float, gap_ms: float,

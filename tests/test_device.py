@@ -150,3 +150,20 @@ def test_old_peaks_name_warns_and_old_files_still_load():
     old = h100.to_dict()
     old["peaks"] = old.pop("datasheet_peaks")  # a result file written before the rename
     assert DeviceInfo.from_dict(old).datasheet_tflops("bf16") == h100.datasheet_tflops("bf16")
+
+
+def test_measure_peaks_keeps_each_rounds_interval_and_shares_it_in_the_run(tmp_path, monkeypatch, cpu_device):
+    """Each sustained round keeps a 95% interval for its median, so a claim can be judged on the best round alone;
+    the peak and the rounds other notebooks read stay the medians."""
+    import gpulab.peaks as d
+
+    monkeypatch.setenv("GPULAB_RUN_ID", "run-iv")
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    d._PEAK_CACHE.clear()
+    p = measure_peaks(cpu_device, size=32, dtypes=("fp32",), rounds=3)
+    r, iv = p.rounds["fp32"], p.round_intervals["fp32"]
+    assert len(iv) == len(r) == 3 and all(lo <= x <= hi for x, (lo, hi) in zip(r, iv))
+    assert p.tflops["fp32"] == max(r) and p.best_round("fp32")[0] == max(r)
+    d._PEAK_CACHE.clear()  # the next notebook of the run reads the same intervals
+    assert measure_peaks(cpu_device, size=32, dtypes=("fp32",)).round_intervals == p.round_intervals
+    assert d.MeasuredPeaks(device="x", rounds={"fp32": [1.0]}).best_round("fp32") is None

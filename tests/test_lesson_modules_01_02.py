@@ -81,6 +81,49 @@ def test_kernels_active_is_nvml_over_the_busy_share_and_can_fail():
     assert spec.new().check(Estimate(1.0, 0.95, 1.05)).verdict == "confirmed"
 
 
+def test_kernels_active_holds_only_if_every_burst_pattern_does():
+    """A definition holds on every workload: 1 ms bursts that NVML reads at 0.78 of their busy time are not hidden by
+    10 ms bursts read at 0.95 (the quartiles of all periods pooled read [0.91, 0.95] here and confirmed it)."""
+    from gpulab.sampling import captured_share
+
+    spec = _as_spec(next(c for c in M.CLAIMS if c["key"] == "kernels_active"))
+    short = BurstRun(burst_ms=1, gap_ms=9, periods=[(i, i + 1, 7.8, 10.0) for i in range(3)])
+    long = BurstRun(burst_ms=10, gap_ms=40, periods=[(i, i + 1, 19.0, 20.0) for i in range(3, 12)])
+    est, note = M.kernels_active(captured_share([short, long]), [short, long])
+    assert est.value == pytest.approx(captured_share([short, long]).value)  # the pooled ratio stays the value
+    assert est.lo == pytest.approx(0.78) and est.hi == pytest.approx(0.95)
+    assert spec.new().check(est).verdict == "inconclusive"
+    assert "1 ms every 10 ms" in note and "0.780x" in note and "0.950x" in note
+    both = [BurstRun(1, 9, periods=[(i, i + 1, 9.5, 10.0) for i in range(3)]), long]
+    assert spec.new().check(M.kernels_active(captured_share(both), both)[0]).verdict == "confirmed"
+
+
+def test_raw_matmul_is_judged_on_the_best_sustained_round():
+    """"Achievable" is an existence claim: the best round, its interval how well that round's median is known. The
+    range of the rounds (an H100 reference: 71.8%, 69.6%, 70.4%) asked whether every round reaches 70%."""
+    from gpulab.device import DeviceInfo, lookup_peaks
+    from gpulab.peaks import MeasuredPeaks
+
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
+                      datasheet_peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
+    ds = h100.datasheet_tflops("bf16")
+    spec = _as_spec(next(c for c in M.CLAIMS if c["key"] == "raw_matmul"))
+    rounds = [710.6, 688.5, 696.3]
+    peaks = MeasuredPeaks(device=h100.name, tflops={"bf16": 710.6}, rounds={"bf16": rounds}, matmul_size=8192,
+                          round_intervals={"bf16": [[r - 0.5, r + 0.5] for r in rounds]})
+    est, note = M.raw_matmul(h100, peaks, "bf16")
+    assert est.value == pytest.approx(100 * 710.6 / ds)
+    assert (est.lo, est.hi) == pytest.approx((100 * 710.1 / ds, 100 * 711.1 / ds))
+    assert spec.new().check(est).verdict == "confirmed"
+    assert "71.8%, 69.6%, 70.4%" in note and "best round" in note
+    slow = MeasuredPeaks(device=h100.name, tflops={"bf16": 640.0}, rounds={"bf16": [640.0, 630.0]},
+                         round_intervals={"bf16": [[639.0, 641.0], [629.0, 631.0]]})
+    assert spec.new().check(M.raw_matmul(h100, slow, "bf16")[0]).verdict == "refuted"  # it can fail
+    old = MeasuredPeaks.from_dict({"device": h100.name, "tflops": {"bf16": 710.6}, "rounds": {"bf16": rounds}})
+    est, note = M.raw_matmul(h100, old, "bf16")  # peaks measured before the rounds kept their intervals
+    assert est.lo == pytest.approx(100 * 688.5 / ds) and "range of the rounds" in note
+
+
 def test_memory_util_is_judged_on_the_workload_where_the_readings_differ_more():
     def trace(mem, dram):
         return Trace(series={"nvml_mem_util": [(0.1, mem), (0.2, mem), (0.3, mem)],

@@ -144,3 +144,13 @@ def test_run_bursts_pairs_event_times_with_nvml_samples(monkeypatch):
     assert run.periods and all(v == 20.0 for _, _, v, _ in run.periods)
     assert all(run.busy[0][0] <= a < b <= run.busy[-1][1] for a, b, _, _ in run.periods)
     assert 5 < run.true_busy_pct < 40  # 2 ms of every ~10 ms
+
+
+def test_captured_by_pattern_gives_each_burst_pattern_its_own_ratio():
+    short = sampling.BurstRun(1, 9, periods=[(i, i + 1, 8.0, 10.0 + 0.1 * (i % 3)) for i in range(9)])
+    long = sampling.BurstRun(10, 40, periods=[(i, i + 1, 17.0, 18.0) for i in range(9)] + [(9, 10, 50.0, 0.0)])
+    idle = sampling.BurstRun(1, 99, periods=[(0, 1, 0.0, 0.0)])
+    a, b, none = sampling.captured_by_pattern([short, long, idle])
+    assert a.value == pytest.approx(72 / 90.9) and a.lo <= a.value <= a.hi < 0.81  # 0.79, not the pooled 0.87
+    assert b.value == pytest.approx(17 / 18) and b.lo == b.hi == pytest.approx(17 / 18)  # the idle period left out
+    assert none is None
