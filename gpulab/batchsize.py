@@ -22,7 +22,7 @@ import torch
 
 from tqdm.auto import tqdm
 
-from .claims import Estimate, difference  # noqa: F401  (difference: used by notebook 06)
+from .claims import Estimate, difference, median_interval  # noqa: F401  (difference: used by notebook 06)
 from .dataloading import _check_int
 from .device import as_torch_device, get_device, synchronize
 from . import checks
@@ -554,6 +554,21 @@ def trace_estimate(run: RunResult | None, metric: str) -> Estimate | None:
     """A monitored run's mean of `metric` (NVML utilization, ...) with the quartiles of its samples as the
     interval (`Trace.estimate`); None when the run or the metric was not recorded."""
     return run.trace.estimate(metric) if run is not None and run.trace is not None else None
+
+
+def rate_over_windows(run: Any) -> Estimate | None:
+    """A sweep point's throughput (items over the median step) with an interval that holds both the quartiles of
+    its steps and the 95% order-statistic interval of its windows' rates (the monitored window and each
+    interleaved round: their range up to 8 windows). The quartiles are a step's jitter within one window; the
+    windows' spread is the host's drift between the moments they ran, which the quartiles of one window miss.
+    Without rounds (one window) it is `throughput_estimate()` unchanged."""
+    est = run.throughput_estimate() if run is not None else None
+    m = getattr(run, "measurement", None)
+    meds = m.round_medians if m is not None else []
+    if est is None or len(meds) < 2:
+        return est
+    lo, hi = median_interval([run.items / t for t in meds])
+    return Estimate(est.value, min(est.lo, lo), max(est.hi, hi))
 
 
 def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: dict[int, float]) -> Estimate | None:

@@ -170,3 +170,30 @@ def test_utilization_rounds_alternate_and_the_rise_is_judged_over_rounds():
     rows, runs, per_round = utilization_rounds(oom_at_64, [8, 64], rounds=4, window_s=0.005, preroll_s=0.0,
                                                seq_len=4, flops_per_sequence=1e6)
     assert rows[1]["oom"] and not rows[0]["oom"] and set(runs) == {8} and len(per_round[8]) == 1
+
+
+def test_a_sweep_point_holds_the_drift_between_its_windows():
+    """The sweet spot's deciding pair as four H100 runs read it at 128 tokens: batch 64 GPU-bound at 23.8 ms, batch 32
+    launched by the host in 20-24 ms depending on the moment; 64 gains more throughput than memory (1.68x) unless
+    a 32-step takes under 0.84 of a 64-step. One window at 23 ms with tight steps says "surely 64"; with rounds that
+    ran at other moments (19.5 ms), the interval must reach 32."""
+    from gpulab.batchsize import rate_over_windows, sweet_spot
+    from gpulab.experiment import RunResult
+    from gpulab.timing import Measurement
+
+    def run(b, windows):
+        m = Measurement(f"batch {b}", [t + 1e-5 * (i % 3) for t in windows[0] for i in range(30)])
+        for t in windows[1:]:
+            m = m.merged(Measurement(f"batch {b}", [t + 1e-5 * (i % 3) for i in range(5)]))
+        return RunResult(label=f"batch {b}", measurement=m, items=b * 128)
+
+    mem = {32: 5.70, 64: 9.54}
+    one = {32: run(32, [[0.023]]), 64: run(64, [[0.0238]])}
+    rates = {b: rate_over_windows(r) for b, r in one.items()}
+    assert rates[32] == one[32].throughput_estimate()  # one window: the steps' quartiles, as before
+    assert tuple(vars(sweet_spot([32, 64], rates, mem)).values()) == (64, 64, 64)
+    drift = {32: run(32, [[0.023], 0.0195, 0.0225, 0.024]), 64: run(64, [[0.0238], 0.0238, 0.0239, 0.0238])}
+    rates = {b: rate_over_windows(r) for b, r in drift.items()}
+    assert rates[32].hi == pytest.approx(32 * 128 / 0.0195, rel=1e-3) and rates[32].value == drift[32].throughput
+    s = sweet_spot([32, 64], rates, mem)
+    assert (s.value, s.lo, s.hi) == (64, 32, 64)  # 32 could be the sweet spot: inconclusive against 24-48

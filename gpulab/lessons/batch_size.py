@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..batchsize import column, gpt_step_memory_estimate, sweet_spot, trace_estimate
+from ..batchsize import column, gpt_step_memory_estimate, rate_over_windows, sweet_spot, trace_estimate
 from ..claims import Claim, Estimate, difference, ratio
 from ..feeds import knee
 from ..text import pct, si
@@ -79,8 +79,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 @dataclass
 class Sweep:
-    """The timed sweep read by batch size: its rows that ran, throughput with intervals, peak memory, best,
-    knee (smallest batch within 10% of the best) and the guide's sweet spot."""
+    """The timed sweep read by batch size: its rows that ran, throughput with intervals (`rate_over_windows`), peak
+    memory, best, knee (smallest batch within 10% of the best) and the guide's sweet spot."""
 
     rows: list[dict[str, Any]]
     runs: dict[int, Any]
@@ -91,7 +91,7 @@ class Sweep:
         self.ok = [r for r in self.rows if not r["oom"]]
         self.by_b = {r["batch_size"]: r for r in self.ok}
         self.thr = {b: r["samples_per_s"] for b, r in self.by_b.items()}
-        self.rates = {b: self.runs[b].throughput_estimate() for b in self.by_b}  # tokens/s, step-time quartiles
+        self.rates = {b: rate_over_windows(self.runs[b]) for b in self.by_b}  # tokens/s: steps' and windows' spread
         self.mem = {b: r["peak_mem_gb"] for b, r in self.by_b.items() if r["peak_mem_gb"]}
         self.best = max(self.thr, key=self.thr.get)
         self.knee = knee(self.thr, 0.90)
