@@ -22,14 +22,16 @@ import torch
 
 from tqdm.auto import tqdm
 
-from .claims import Estimate, difference  # noqa: F401  (difference: used by notebook 06)
+from .claims import Estimate, difference, median_interval  # noqa: F401  (difference: used by notebook 06)
 from .dataloading import _check_int
 from .device import as_torch_device, get_device, synchronize
-from .experiment import RunResult, measure
+from . import checks
+from .experiment import RunResult, default_min_time, measure
 from .memory import is_oom  # noqa: F401 (one home; still importable from here)
 from .memory import release as _release
 from .flops import transformer_flops_per_token
 from .text import si
+from .timing import ROUND, benchmark
 from .workloads import GPT, GPTConfig
 
 
@@ -356,21 +358,32 @@ def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | 
 
 def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_len: int | None = None,
                 flops_per_sequence: float | None = None, dtype: str | None = None, min_time_s: float | None = None,
-                device: Any = None, progress: bool = True) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
+                device: Any = None, progress: bool = True, rounds: int = 0,
+                round_s: float | None = None) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
     """Each batch size through `gl.measure`: time, tokens/s, MFU, NVML/GPM utilization; peak memory on CUDA.
 
     `step(b)` trains on b sequences of `seq_len` tokens (any callable; a `GPTTrainStep` brings its own `seq_len`
     and `flops_per_sequence()`). A batch size that runs out of memory (near the limit, the allocator's
-    fragmentation can differ from the search's) gets a row with oom=True and the sweep goes on. Returns the table
-    rows (JSON-able) and the RunResults by batch size (with their monitor traces).
+    fragmentation can differ from the search's) gets a row with oom=True and the sweep goes on. `rounds` adds
+    that many short interleaved rounds over the sizes that ran (the order reversed each round, `round_s` timed
+    seconds each, None: a tenth of `min_time_s`) to each size's step times: a step the host launches drifts by
+    10-20% over a minute, and one contiguous window per size samples one moment of that drift, so sizes timed a
+    few seconds apart would differ by when they ran. The rounds spread each size's steps over the whole sweep.
+    The monitor's readings (NVML, GPM) come from each size's own window only. Returns the table rows
+    (JSON-able) and the RunResults by batch size (with their monitor traces).
     """
+    checks.positive_int("rounds", rounds, minimum=0)
+    checks.positive_float("round_s", round_s, allow_none=True)
     dev_info = device if hasattr(device, "is_cuda") else get_device()
     seq_len = seq_len or step.seq_len
     fps = flops_per_sequence if flops_per_sequence is not None else step.flops_per_sequence()
     sdev = getattr(step, "device", None) or dev_info.torch_device
     cuda = sdev.type == "cuda"
-    rows, runs = [], {}
-    for b in tqdm(list(dict.fromkeys(batch_sizes)), desc="batch sizes", disable=not progress):
+    errors: dict[int, str] = {}
+    runs: dict[int, RunResult] = {}
+    peaks: dict[int, float | None] = {}
+    sizes = list(dict.fromkeys(batch_sizes))
+    for b in tqdm(sizes, desc="batch sizes", disable=not progress):
         if cuda:
             synchronize(sdev)
             torch.cuda.reset_peak_memory_stats(sdev)
@@ -384,18 +397,132 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_l
             error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         if run is None:  # out of the except block: the failed step's tensors can be freed now
             _release(sdev)
-            rows.append(dict(batch_size=b, oom=True, error=error, step_ms=None, tokens_per_s=None,
+            errors[b] = error or "out of memory"
+            continue
+        peaks[b] = torch.cuda.max_memory_allocated(sdev) / 1e9 if cuda else None
+        runs[b] = run
+    round_s = round_s or (min_time_s or default_min_time(dev_info)) / 10
+    ran = [b for b in sizes if b in runs]
+    for i in range(rounds):
+        for b in (ran if i % 2 == 0 else ran[::-1]):
+            if b in errors:  # ran out of memory in an earlier round: its window and earlier rounds stand
+                continue
+            try:
+                extra = benchmark(lambda: step(b), min_time_s=round_s, device=sdev, **ROUND)
+            except RuntimeError as e:
+                if not is_oom(e):
+                    raise
+                errors[b] = "out of memory in an interleaved round"
+                extra = None
+            if extra is None:
+                _release(sdev)
+                continue
+            runs[b].measurement = runs[b].measurement.merged(extra)
+            runs[b].measurement.meta["interleaved_rounds"] = i + 1
+    rows = []
+    for b in sizes:
+        run = runs.get(b)
+        if run is None:
+            rows.append(dict(batch_size=b, oom=True, error=errors[b], step_ms=None, tokens_per_s=None,
                              samples_per_s=None, tflops=None, mfu=None, nvml_util=None, gpm_sm_active=None,
                              gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None, noisy=None))
             continue
-        peak = torch.cuda.max_memory_allocated(sdev) / 1e9 if cuda else None
-        runs[b] = run
         rows.append(dict(batch_size=b, oom=False, error=None, step_ms=run.seconds * 1e3,
                          tokens_per_s=run.throughput, samples_per_s=run.throughput / seq_len,
                          tflops=run.tflops, mfu=run.mfu, nvml_util=run.metric("nvml_util"),
                          gpm_sm_active=run.metric("gpm_sm_active"), gpm_tensor_active=run.metric("gpm_tensor_active"),
-                         cpu_percent=run.metric("cpu_percent"), peak_mem_gb=peak, noisy=run.measurement.noisy))
+                         cpu_percent=run.metric("cpu_percent"), peak_mem_gb=peaks[b], noisy=run.measurement.noisy))
     return rows, runs
+
+
+def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, rounds: int = 6, window_s: float = 0.5,
+                       preroll_s: float = 0.2, seq_len: int, flops_per_sequence: float, dtype: str | None = None,
+                       device: Any = None, metric: str = "nvml_util"
+                       ) -> tuple[list[dict[str, Any]], dict[int, RunResult], dict[int, list[float | None]]]:
+    """The sizes' monitored windows in `rounds` interleaved rounds (the order reversed each round), each window
+    `window_s` long: the utilization at each size per round, for a difference judged over rounds (`round_rise`).
+
+    One long window per size reads the host's speed of that moment: where the smaller size's step is partly
+    launch-bound, its NVML reading moves with the host's drift over seconds, so two long windows back to back
+    give an interval (the spread of NVML's samples) that misses how far the next run lands. Rounds spread both
+    sizes over the same moments. Before each window the step runs `preroll_s` untimed and unmonitored: NVML's
+    first sample in a window averages a period (up to 1/6 s on a Hopper) that began before it, which must hold
+    this size's work, not the other size's. Returns rows as `batch_sweep`'s (NVML and GPM: the mean over rounds;
+    step time: over all rounds' steps), the RunResults with their step times merged, and per size the `metric`
+    of each round (None where a window got no sample). A size that runs out of memory gets an oom row; the
+    rounds stop there.
+    """
+    checks.positive_int("rounds", rounds)
+    checks.positive_float("window_s", window_s)
+    checks.positive_float("preroll_s", preroll_s, allow_zero=True)
+    dev_info = device if hasattr(device, "is_cuda") else get_device()
+    sdev = getattr(step, "device", None) or dev_info.torch_device
+    cuda = sdev.type == "cuda"
+    sizes = list(dict.fromkeys(sizes))
+    runs: dict[int, RunResult] = {}
+    per_round: dict[int, list[float | None]] = {b: [] for b in sizes}
+    metrics: dict[int, dict[str, list[float]]] = {b: {} for b in sizes}
+    peaks: dict[int, float | None] = {b: None for b in sizes}
+    oom: dict[int, str] = {}
+    for i in range(rounds):
+        for b in (sizes if i % 2 == 0 else sizes[::-1]):
+            fn = (lambda b=b: step(b))
+            if cuda:
+                synchronize(sdev)
+                torch.cuda.reset_peak_memory_stats(sdev)
+            run = None
+            try:
+                t0 = time.perf_counter()
+                fn()
+                while time.perf_counter() - t0 < preroll_s:  # the GPU keeps this size's work queued into the window
+                    fn()
+                run = measure(fn, label=f"batch {b}", flops=flops_per_sequence * b, dtype=dtype, items=b * seq_len,
+                              item_name="tokens", min_time_s=window_s, device=dev_info, warm=True)
+            except RuntimeError as e:
+                if not is_oom(e):
+                    raise
+                oom[b] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            if run is None:  # out of the except block: the failed step's tensors can be freed now
+                _release(sdev)
+                break
+            if cuda:
+                peaks[b] = max(peaks[b] or 0.0, torch.cuda.max_memory_allocated(sdev) / 1e9)
+            per_round[b].append(run.metric(metric))
+            for m in ("nvml_util", "gpm_sm_active", "gpm_tensor_active", "cpu_percent"):
+                v = run.metric(m)
+                if v is not None:
+                    metrics[b].setdefault(m, []).append(v)
+            if b in runs:
+                runs[b].measurement = runs[b].measurement.merged(run.measurement)
+                runs[b].measurement.meta["interleaved_rounds"] = i + 1
+            else:
+                runs[b] = run
+        if oom:
+            break
+    rows = []
+    for b in sizes:
+        run, mean = runs.get(b), (lambda m: statistics.fmean(metrics[b][m]) if metrics[b].get(m) else None)
+        if b in oom or run is None:
+            runs.pop(b, None)
+            rows.append(dict(batch_size=b, oom=True, error=oom.get(b, "not run"), step_ms=None, tokens_per_s=None,
+                             samples_per_s=None, tflops=None, mfu=None, nvml_util=None, gpm_sm_active=None,
+                             gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None, noisy=None))
+            continue
+        rows.append(dict(batch_size=b, oom=False, error=None, step_ms=run.seconds * 1e3, tokens_per_s=run.throughput,
+                         samples_per_s=run.throughput / seq_len, tflops=run.tflops, mfu=run.mfu,
+                         nvml_util=mean("nvml_util"), gpm_sm_active=mean("gpm_sm_active"),
+                         gpm_tensor_active=mean("gpm_tensor_active"), cpu_percent=mean("cpu_percent"),
+                         peak_mem_gb=peaks[b], noisy=run.measurement.noisy, rounds=len(per_round[b]),
+                         round_values=per_round[b]))
+    return rows, runs, per_round
+
+
+def round_rise(low: Sequence[float | None], high: Sequence[float | None]) -> Estimate | None:
+    """high - low per round (`utilization_rounds`: the same round's two windows), as the median of the rounds'
+    differences with its order-statistic 95% interval (`Estimate.median_of`: the whole range up to 8 rounds).
+    A round where either window has no reading is left out; None with fewer than two rounds left."""
+    diffs = [h - lo for lo, h in zip(low, high) if lo is not None and h is not None]
+    return Estimate.median_of(diffs) if len(diffs) >= 2 else None
 
 
 def peak_memory_gb(fn: Callable[[], Any], device: Any = None) -> float | None:
@@ -427,6 +554,21 @@ def trace_estimate(run: RunResult | None, metric: str) -> Estimate | None:
     """A monitored run's mean of `metric` (NVML utilization, ...) with the quartiles of its samples as the
     interval (`Trace.estimate`); None when the run or the metric was not recorded."""
     return run.trace.estimate(metric) if run is not None and run.trace is not None else None
+
+
+def rate_over_windows(run: Any) -> Estimate | None:
+    """A sweep point's throughput (items over the median step) with an interval that holds both the quartiles of
+    its steps and the 95% order-statistic interval of its windows' rates (the monitored window and each
+    interleaved round: their range up to 8 windows). The quartiles are a step's jitter within one window; the
+    windows' spread is the host's drift between the moments they ran, which the quartiles of one window miss.
+    Without rounds (one window) it is `throughput_estimate()` unchanged."""
+    est = run.throughput_estimate() if run is not None else None
+    m = getattr(run, "measurement", None)
+    meds = m.round_medians if m is not None else []
+    if est is None or len(meds) < 2:
+        return est
+    lo, hi = median_interval([run.items / t for t in meds])
+    return Estimate(est.value, min(est.lo, lo), max(est.hi, hi))
 
 
 def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: dict[int, float]) -> Estimate | None:

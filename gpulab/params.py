@@ -186,7 +186,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           MAX_BATCH=_opt_int.sized(256, smoke=32), BATCH_SIZES=list_of(_int, optional=True),
                           ACCUM_STEPS=_opt_int.sized(4), ACCUM_BATCH=_opt_int.sized(32), SIM_MEMORY_MB=_opt_sec.sized(8),
                           MIN_TIME_S=_opt_sec.sized(None, smoke=0.05), UTIL_SEQ_LEN=_opt_int.sized(512, smoke=16),
-                          UTIL_TIME_S=_opt_sec.sized(4.0, smoke=0.05)),
+                          UTIL_TIME_S=_opt_sec.sized(3.0, smoke=0.05)),
     "07_mixed_precision": dict(SMOKE=boolean(), N_LAYER=_opt_int.sized(8, smoke=2), N_HEAD=_opt_int.sized(12, smoke=2),
                                N_EMBD=_opt_int.sized(768, smoke=64), SEQ_LEN=_opt_int.sized(512, smoke=32),
                                VOCAB_SIZE=_opt_int.sized(50304, smoke=512), BATCH_SIZE=_opt_int.sized(16, smoke=2),

@@ -130,3 +130,70 @@ def test_run_largest_steps_down_after_an_out_of_memory():
         f.f_code.co_name != "run" for f, _ in __import__("traceback").walk_tb(err.value.__traceback__))
     with pytest.raises(ValueError, match="boom"):
         run_largest(lambda b: (_ for _ in ()).throw(ValueError("boom")), [8], device="cpu")
+
+
+def test_batch_sweep_rounds_spread_every_size_over_the_sweep():
+    """Interleaved rounds after the windows, the order reversed each round, their steps in each size's timings."""
+    from gpulab.batchsize import batch_sweep
+    calls = []
+    step = lambda b: calls.append(b)  # noqa: E731
+    rows, runs = batch_sweep(step, [1, 2, 4], seq_len=8, flops_per_sequence=1e6, min_time_s=0.01, device=None,
+                             progress=False, rounds=3, round_s=0.002)
+    firsts = [b for i, b in enumerate(calls) if i == 0 or calls[i - 1] != b]  # each block of calls of one size
+    assert firsts == [1, 2, 4, 1, 2, 4, 2, 1, 2, 4]  # windows 1 2 4, rounds 1 2 4 | 4 2 1 | 1 2 4 (a turn merges)
+    for b in (1, 2, 4):
+        m = runs[b].measurement
+        assert m.meta["interleaved_rounds"] == 3 and len(m.round_medians) == 4
+        row = next(r for r in rows if r["batch_size"] == b)
+        assert row["step_ms"] == pytest.approx(m.median * 1e3)  # the row reads every step, rounds included
+    plain, _ = batch_sweep(step, [1], seq_len=8, flops_per_sequence=1e6, min_time_s=0.01, progress=False)
+    assert not plain[0]["oom"]
+
+
+def test_utilization_rounds_alternate_and_the_rise_is_judged_over_rounds():
+    from gpulab.batchsize import round_rise, utilization_rounds
+    calls = []
+    rows, runs, per_round = utilization_rounds(lambda b: calls.append(b), [8, 64], rounds=4, window_s=0.005,
+                                               preroll_s=0.0, seq_len=4, flops_per_sequence=1e6)
+    firsts = [b for i, b in enumerate(calls) if i == 0 or calls[i - 1] != b]
+    assert firsts == [8, 64, 8, 64, 8]  # 8 64 | 64 8 | 8 64 | 64 8: one size runs on at each turn
+    assert [r["rounds"] for r in rows] == [4, 4] and per_round == {8: [None] * 4, 64: [None] * 4}  # no NVML here
+    assert runs[8].measurement.meta["interleaved_rounds"] == 4 and round_rise(per_round[8], per_round[64]) is None
+    # the rise: the median of the rounds' own differences, its interval from the rounds (the range up to 8)
+    est = round_rise([60, 55, None, 64, 58], [99, 98, 99, 99, 97])
+    assert (est.value, est.lo, est.hi) == (39, 35, 43)  # 39, 43, (left out), 35, 39
+    assert round_rise([60, None], [99, 98]) is None
+
+    def oom_at_64(b):
+        if b == 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+    rows, runs, per_round = utilization_rounds(oom_at_64, [8, 64], rounds=4, window_s=0.005, preroll_s=0.0,
+                                               seq_len=4, flops_per_sequence=1e6)
+    assert rows[1]["oom"] and not rows[0]["oom"] and set(runs) == {8} and len(per_round[8]) == 1
+
+
+def test_a_sweep_point_holds_the_drift_between_its_windows():
+    """The sweet spot's deciding pair as four H100 runs read it at 128 tokens: batch 64 GPU-bound at 23.8 ms, batch 32
+    launched by the host in 20-24 ms depending on the moment; 64 gains more throughput than memory (1.68x) unless
+    a 32-step takes under 0.84 of a 64-step. One window at 23 ms with tight steps says "surely 64"; with rounds that
+    ran at other moments (19.5 ms), the interval must reach 32."""
+    from gpulab.batchsize import rate_over_windows, sweet_spot
+    from gpulab.experiment import RunResult
+    from gpulab.timing import Measurement
+
+    def run(b, windows):
+        m = Measurement(f"batch {b}", [t + 1e-5 * (i % 3) for t in windows[0] for i in range(30)])
+        for t in windows[1:]:
+            m = m.merged(Measurement(f"batch {b}", [t + 1e-5 * (i % 3) for i in range(5)]))
+        return RunResult(label=f"batch {b}", measurement=m, items=b * 128)
+
+    mem = {32: 5.70, 64: 9.54}
+    one = {32: run(32, [[0.023]]), 64: run(64, [[0.0238]])}
+    rates = {b: rate_over_windows(r) for b, r in one.items()}
+    assert rates[32] == one[32].throughput_estimate()  # one window: the steps' quartiles, as before
+    assert tuple(vars(sweet_spot([32, 64], rates, mem)).values()) == (64, 64, 64)
+    drift = {32: run(32, [[0.023], 0.0195, 0.0225, 0.024]), 64: run(64, [[0.0238], 0.0238, 0.0239, 0.0238])}
+    rates = {b: rate_over_windows(r) for b, r in drift.items()}
+    assert rates[32].hi == pytest.approx(32 * 128 / 0.0195, rel=1e-3) and rates[32].value == drift[32].throughput
+    s = sweet_spot([32, 64], rates, mem)
+    assert (s.value, s.lo, s.hi) == (64, 32, 64)  # 32 could be the sweet spot: inconclusive against 24-48

@@ -192,3 +192,15 @@ def test_a_gpu_run_says_which_batch_or_reading_is_missing(gpu_lesson):
     assert M.check_scaling(les, no_nvml)[0].note == "not measured on this GPU (NVML or GPM unavailable)"
     assert M.check_eighty(les, 1, 1, Estimate(1, 1, 1), "").verdict == "not tested"  # 80% of 1 is 1
     assert M.check_accumulation(les, Estimate(1.25, 1.2, 1.3), 16, 4, None, None)[1].verdict == "not tested"
+
+
+def test_utilization_8_64_stands_on_the_rounds_differences_where_they_ran(gpu_lesson):
+    les, sw = gpu_lesson, _sweep()
+    util = _sweep({8: (300, 3, 60), 64: (800, 30, 99)}, oom=(), seq_len=512)
+    for b in (8, 64):
+        util.by_b[b]["round_values"] = [0.0] * 6
+    rise = Estimate(36.0, 31.0, 44.0)  # the median of six rounds' differences and their range
+    claim = M.check_scaling(les, sw, util=util, util_rise=rise)[0]
+    assert (claim.measured, tuple(claim.interval)) == (36.0, (31.0, 44.0))
+    assert claim.verdict == "inconclusive" and "median of 6 interleaved rounds' differences" in claim.note
+    assert M.check_scaling(les, sw, util=util)[0].measured == pytest.approx(39)  # without rounds: the windows' means

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..batchsize import column, gpt_step_memory_estimate, sweet_spot, trace_estimate
+from ..batchsize import column, gpt_step_memory_estimate, rate_over_windows, sweet_spot, trace_estimate
 from ..claims import Claim, Estimate, difference, ratio
 from ..feeds import knee
 from ..text import pct, si
@@ -79,8 +79,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 @dataclass
 class Sweep:
-    """The timed sweep read by batch size: its rows that ran, throughput with intervals, peak memory, best,
-    knee (smallest batch within 10% of the best) and the guide's sweet spot."""
+    """The timed sweep read by batch size: its rows that ran, throughput with intervals (`rate_over_windows`), peak
+    memory, best, knee (smallest batch within 10% of the best) and the guide's sweet spot."""
 
     rows: list[dict[str, Any]]
     runs: dict[int, Any]
@@ -91,7 +91,7 @@ class Sweep:
         self.ok = [r for r in self.rows if not r["oom"]]
         self.by_b = {r["batch_size"]: r for r in self.ok}
         self.thr = {b: r["samples_per_s"] for b, r in self.by_b.items()}
-        self.rates = {b: self.runs[b].throughput_estimate() for b in self.by_b}  # tokens/s, step-time quartiles
+        self.rates = {b: rate_over_windows(self.runs[b]) for b in self.by_b}  # tokens/s: steps' and windows' spread
         self.mem = {b: r["peak_mem_gb"] for b, r in self.by_b.items() if r["peak_mem_gb"]}
         self.best = max(self.thr, key=self.thr.get)
         self.knee = knee(self.thr, 0.90)
@@ -140,12 +140,18 @@ def _judge(lesson: Any, sw: Sweep, key: str, value: Any, batches: tuple[int, ...
     return lesson.check(key, value, note)
 
 
-def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep | None = None) -> list[Claim]:
+def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep | None = None,
+                  util_rise: Estimate | None = None) -> list[Claim]:
     """§6.2's and 002's claims on the sweep: utilization, sweet spot, memory, and throughput gains. `paired_12_16`
     (batch 12 against 16 in interleaved rounds, tokens/s each) decides "12 -> 16" where it ran; `util` (batch 8
-    and 64 in longer windows at a sequence length where 64 is GPU-bound) decides "45% -> 92%" where it ran."""
+    and 64 at a sequence length where 64 is GPU-bound) decides "45% -> 92%" where it ran: on `util_rise`, the
+    median of its interleaved rounds' differences (`gpulab.batchsize.round_rise`), when given."""
     g, ours = sw.get, f"our sequence length {sw.seq_len} tokens (the guide states none)"
     u = util if util is not None and 8 in util.by_b and 64 in util.by_b else sw
+    rise, how = difference(u.nvml(64), u.nvml(8)), ""
+    if u is util and util_rise is not None:
+        n = min(len(u.get(b, "round_values") or []) for b in (8, 64))
+        rise, how = util_rise, f"; median of {n} interleaved rounds' differences, order-statistic interval"
     steps = (f"; step {si(u.get(8, 'step_ms') / 1e3, 's')} at 8, {si(u.get(64, 'step_ms') / 1e3, 's')} at 64"
              if u.get(8, "step_ms") and u.get(64, "step_ms") else "")
     at_sweep = (f"; the sweep at {sw.seq_len} tokens read NVML {pct(g(8, 'nvml_util'), 1)} -> "
@@ -158,8 +164,8 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
     nv, g812 = ratio(sw.nvml(12), sw.nvml(8)), sw.gain(8, 12)
     m8, m64 = g(8, "peak_mem_gb"), g(64, "peak_mem_gb")
     return [
-        _judge(lesson, u, "util_8_64", difference(u.nvml(64), u.nvml(8)), (8, 64),
-               f"NVML {pct(u.get(8, 'nvml_util'), 1)} -> {pct(u.get(64, 'nvml_util'), 1)}; SM active "
+        _judge(lesson, u, "util_8_64", rise, (8, 64),
+               f"NVML {pct(u.get(8, 'nvml_util'), 1)} -> {pct(u.get(64, 'nvml_util'), 1)}{how}; SM active "
                f"{pct(u.get(8, 'gpm_sm_active'), 1)} -> {pct(u.get(64, 'gpm_sm_active'), 1)}{steps}; our sequence "
                f"length {u.seq_len} tokens (the guide states none){at_sweep}"),
         # 32 on the doubling grid 8, 16, 32, 64: the band runs to the geometric midpoints with 16 and 64
