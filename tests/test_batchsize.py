@@ -75,7 +75,7 @@ def test_grad_accumulation_matches_one_big_batch():
 
 
 def test_sweet_spot_reads_the_guides_table_as_32():
-    from gpulab.batchsize import sweet_spot
+    from gpulab.sweeps import sweet_spot
     from gpulab.claims import Estimate
 
     thr = {8: 120, 16: 220, 32: 380, 64: 480}  # guide §6.2: samples/s and GB per batch size
@@ -92,7 +92,8 @@ def test_sweet_spot_reads_the_guides_table_as_32():
 
 
 def test_trace_estimate_and_difference():
-    from gpulab.batchsize import difference, trace_estimate
+    from gpulab.claims import difference
+    from gpulab.sweeps import trace_estimate
     from gpulab.claims import Estimate
     from gpulab.experiment import RunResult
     from gpulab.monitor import Trace
@@ -111,7 +112,7 @@ def test_trace_estimate_and_difference():
 
 
 def test_run_largest_steps_down_after_an_out_of_memory():
-    from gpulab.batchsize import run_largest
+    from gpulab.sweeps import run_largest
 
     tried = []
 
@@ -134,7 +135,7 @@ def test_run_largest_steps_down_after_an_out_of_memory():
 
 def test_batch_sweep_rounds_spread_every_size_over_the_sweep():
     """Interleaved rounds after the windows, the order reversed each round, their steps in each size's timings."""
-    from gpulab.batchsize import batch_sweep
+    from gpulab.sweeps import batch_sweep
     calls = []
     step = lambda b: calls.append(b)  # noqa: E731
     rows, runs = batch_sweep(step, [1, 2, 4], seq_len=8, flops_per_sequence=1e6, min_time_s=0.01, device=None,
@@ -151,7 +152,7 @@ def test_batch_sweep_rounds_spread_every_size_over_the_sweep():
 
 
 def test_utilization_rounds_alternate_and_the_rise_is_judged_over_rounds():
-    from gpulab.batchsize import round_rise, utilization_rounds
+    from gpulab.sweeps import round_rise, utilization_rounds
     calls = []
     rows, runs, per_round = utilization_rounds(lambda b: calls.append(b), [8, 64], rounds=4, window_s=0.005,
                                                preroll_s=0.0, seq_len=4, flops_per_sequence=1e6)
@@ -177,7 +178,7 @@ def test_a_sweep_point_holds_the_drift_between_its_windows():
     launched by the host in 20-24 ms depending on the moment; 64 gains more throughput than memory (1.68x) unless
     a 32-step takes under 0.84 of a 64-step. One window at 23 ms with tight steps says "surely 64"; with rounds that
     ran at other moments (19.5 ms), the interval must reach 32."""
-    from gpulab.batchsize import rate_over_windows, sweet_spot
+    from gpulab.sweeps import rate_over_windows, sweet_spot
     from gpulab.experiment import RunResult
     from gpulab.timing import Measurement
 

@@ -4,7 +4,7 @@ import psutil
 import pytest
 import torch
 
-from gpulab import batchsize as bs
+from gpulab import sweeps as bs
 from gpulab import dataloading as dl
 from gpulab import claims, feeds
 from gpulab.experiment import RunResult

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..batchsize import column, gpt_step_memory_estimate, rate_over_windows, sweet_spot, trace_estimate
+from ..sweeps import column, gpt_step_memory_estimate, rate_over_windows, sweet_spot, trace_estimate
 from ..claims import Claim, Estimate, difference, ratio
 from ..feeds import knee
 from ..text import pct, si
@@ -145,7 +145,7 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
     """§6.2's and 002's claims on the sweep: utilization, sweet spot, memory, and throughput gains. `paired_12_16`
     (batch 12 against 16 in interleaved rounds, tokens/s each) decides "12 -> 16" where it ran; `util` (batch 8
     and 64 at a sequence length where 64 is GPU-bound) decides "45% -> 92%" where it ran: on `util_rise`, the
-    median of its interleaved rounds' differences (`gpulab.batchsize.round_rise`), when given."""
+    median of its interleaved rounds' differences (`gpulab.sweeps.round_rise`), when given."""
     g, ours = sw.get, f"our sequence length {sw.seq_len} tokens (the guide states none)"
     u = util if util is not None and 8 in util.by_b and 64 in util.by_b else sw
     rise, how = difference(u.nvml(64), u.nvml(8)), ""

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..batchsize import column, trace_estimate
+from ..sweeps import column, trace_estimate
 from ..claims import Claim, Estimate, ratio
 from ..dataloading import denormalize, workers
 from ..feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
