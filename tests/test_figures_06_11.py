@@ -118,3 +118,9 @@ def test_a_memory_peak_narrower_than_a_pixel_is_marked():
     assert len(marks) == 1
     assert (marks[0].get_xdata()[0], marks[0].get_ydata()[0]) == pytest.approx((10.772, 5.0000001))
     assert fig.axes[0].get_ylim()[1] > 5.0
+
+
+def test_si_ticks_drop_trailing_zeros_so_neighbours_read_alike():
+    from gpulab.display.plots import si_tick
+    assert [si_tick(v) for v in (0, 50e3, 100e3, 150e3, 2.5e6, 1.25e6)] == ["0", "50 k", "100 k", "150 k", "2.5 M",
+                                                                            "1.25 M"]

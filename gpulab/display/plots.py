@@ -240,6 +240,14 @@ def _row_width(n: int) -> float:
     return min(10.0, max(7.0, 0.9 * n + 2))
 
 
+def si_tick(y: float, _pos: int | None = None) -> str:
+    """An axis tick with its SI prefix and no trailing zeros: '50 k' beside '100 k', not '50.0 k'."""
+    number, _, prefix = si(y).partition(" ")
+    if "." in number:
+        number = number.rstrip("0").rstrip(".")
+    return f"{number} {prefix}".rstrip()
+
+
 def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", title: str = "one change at a time",
               ref: Sequence[tuple[str, float]] | None = None):
     """Throughput after each cumulative change, each bar annotated with its gain over the previous one; the
@@ -264,7 +272,7 @@ def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", t
                                   color="k", label="reference GPU", zorder=3))
     ax.legend(handles=handles, fontsize=8, loc="upper left")
     ax.margins(y=0.2)  # room above the tallest bar for its two-line value
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))
+    ax.yaxis.set_major_formatter(FuncFormatter(si_tick))
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -302,7 +310,7 @@ def tracker_figure(tracker: Any):
     if a2.lines and any(r.mfu is not None for r in rs):  # percent: plain ticks (10, 20), not si's "10.0"
         a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
     elif a2.lines:
-        a2.yaxis.set_major_formatter(FuncFormatter(lambda y, _: si(y)))  # 30 k samples/s, not 30000
+        a2.yaxis.set_major_formatter(FuncFormatter(si_tick))  # 30 k samples/s, not 30000
     if a2.lines:  # from 0, as the step time: a zoomed axis makes 1% of noise look like a trend
         ys = [float(y) for ln in a2.lines for y in ln.get_ydata() if y is not None and y == y]
         a2.set_ylim(0, 1.15 * max(ys + [1e-9]))
