@@ -86,7 +86,9 @@ def test_before_after_rounds_last_round_s_each(cpu_device):
     cmp = gl.before_after(lambda: time.sleep(0.001), lambda: time.sleep(0.0005), name="sleeps", min_time_s=0.02,
                           rounds=2, round_s=0.1, monitor=False, device=cpu_device)
     rounds = cmp.before.measurement.windows[-2:]
-    assert cmp.before.measurement.meta["interleaved_rounds"] == 2 and all(s > 0.06 for _, s in rounds)  # not min_time_s / 4
+    # A round's call count comes from the calibration's time per call, which a loaded host inflates: the bar sits
+    # well below round_s and five times above min_time_s / 4 (the length without round_s).
+    assert cmp.before.measurement.meta["interleaved_rounds"] == 2 and all(s > 0.025 for _, s in rounds)
     calls = []
     with pytest.raises(ValueError, match="round_s"):
         gl.before_after(lambda: calls.append(1), lambda: calls.append(2), name="x", round_s=float("nan"))
