@@ -121,6 +121,14 @@ class RunResult:
 KINDS = ("optimisation", "demonstration")
 
 
+def window_pair_ratios(before: RunResult, after: RunResult) -> list[float]:
+    """before's wall time per call over after's, window by window (paired in order: the first windows, then each
+    interleaved round)."""
+    wb = [s / n for n, s in before.measurement.windows if n > 0 and s > 0]
+    wa = [s / n for n, s in after.measurement.windows if n > 0 and s > 0]
+    return [b / a for b, a in zip(wb, wa)]
+
+
 def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
     """Speedup of two pipelines from their windows' wall time per call, paired window by window.
 
@@ -128,12 +136,11 @@ def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
     8 windows; windows are paired in order: the first windows, then each interleaved round); "within noise"
     when that interval contains 1.
     """
-    wb = [s / n for n, s in before.measurement.windows if n > 0 and s > 0]
-    wa = [s / n for n, s in after.measurement.windows if n > 0 and s > 0]
-    if not wb or not wa:
+    pairs = window_pair_ratios(before, after)
+    if not pairs:
         return None
     ratio = before.seconds / after.seconds
-    lo, hi = median_interval([b / a for b, a in zip(wb, wa)], include=ratio)  # 95% CI of the median pair ratio
+    lo, hi = median_interval(pairs, include=ratio)  # 95% CI of the median pair ratio
     noisy = (hi - lo) > 0.2 * ratio
     within = lo <= 1.0 <= hi
     return Speedup(before.label, after.label, ratio, within, lo, hi, noisy=noisy and not within)

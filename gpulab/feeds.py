@@ -21,7 +21,7 @@ from . import checks
 from .claims import Estimate, t_quantile
 from .dataloading import CUDAPrefetcher, _check_int, _shutdown, endless_loader, to_device, workers
 from .device import as_torch_device, get_device
-from .experiment import Comparison, RunResult, default_min_time, measure
+from .experiment import Comparison, RunResult, default_min_time, measure, window_pair_ratios
 from .timing import ROUND, benchmark
 
 
@@ -272,9 +272,7 @@ def paired_ratio(cmp: Comparison, confidence: float = 0.95) -> Estimate:
     reach 95%: with fewer it is the range of the pairs, which holds the median with probability 1 - 2/2^n (75% for
     three pairs), so three pairs that happen to agree decide a claim they cannot settle. From a few pairs an honest
     95% interval is wide (for three pairs the mean log ratio +- 4.30 standard errors); this is that interval."""
-    wb = [s / n for n, s in cmp.before.measurement.windows if n > 0 and s > 0]
-    wa = [s / n for n, s in cmp.after.measurement.windows if n > 0 and s > 0]
-    logs = [math.log(b / a) for b, a in zip(wb, wa)]
+    logs = [math.log(r) for r in window_pair_ratios(cmp.before, cmp.after)]
     if len(logs) < 2:
         raise ValueError(f"{cmp.name!r}: a t-interval needs at least two window pairs, got {len(logs)}")
     if not 0 < confidence < 1:

@@ -114,13 +114,18 @@ class BurstRun:
                                "missed_periods": self.missed_periods}
 
 
+def _pooled_share(periods: Sequence[tuple[float, float, float, float]]) -> float:
+    """NVML-weighted time over true busy time, over busy periods (start, end, NVML, true busy)."""
+    return sum((b - a) * v for a, b, v, _ in periods) / sum((b - a) * t for a, b, _, t in periods)
+
+
 def captured_share(runs: Sequence[BurstRun]) -> Estimate | None:
     """Share of the bursts' busy time that NVML reported: NVML-weighted time over true busy time, pooled
     over `runs`; its interval the interquartile range of the per-period ratios. None under 3 periods."""
     periods = [p for r in runs for p in r.periods if p[3] > 0]
     if len(periods) < 3:
         return None
-    pooled = sum((b - a) * v for a, b, v, _ in periods) / sum((b - a) * t for a, b, _, t in periods)
+    pooled = _pooled_share(periods)
     q1, _, q3 = quantiles([v / t for _, _, v, t in periods])
     return Estimate(pooled, min(q1, pooled), max(q3, pooled))
 
@@ -139,7 +144,7 @@ def captured_by_pattern(runs: Sequence[BurstRun]) -> list[Estimate | None]:
         if not periods:
             out.append(None)
             continue
-        pooled = sum((b - a) * v for a, b, v, _ in periods) / sum((b - a) * t for a, b, _, t in periods)
+        pooled = _pooled_share(periods)
         out.append(Estimate(pooled, *median_interval([v / t for _, _, v, t in periods], include=pooled)))
     return out
 

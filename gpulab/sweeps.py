@@ -108,6 +108,13 @@ def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | 
     return 16 * params + batch_size * t * per_token * bytes_per_value
 
 
+def _oom_row(b: int, error: str) -> dict[str, Any]:
+    """A sweep row for a batch size that did not run (out of memory): its error, every measurement None."""
+    return dict(batch_size=b, oom=True, error=error, step_ms=None, tokens_per_s=None, samples_per_s=None, tflops=None,
+                mfu=None, nvml_util=None, gpm_sm_active=None, gpm_tensor_active=None, cpu_percent=None,
+                peak_mem_gb=None, noisy=None)
+
+
 def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_len: int | None = None,
                 flops_per_sequence: float | None = None, dtype: str | None = None, min_time_s: float | None = None,
                 device: Any = None, progress: bool = True, rounds: int = 0,
@@ -175,9 +182,7 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_l
     for b in sizes:
         run = runs.get(b)
         if run is None:
-            rows.append(dict(batch_size=b, oom=True, error=errors[b], step_ms=None, tokens_per_s=None,
-                             samples_per_s=None, tflops=None, mfu=None, nvml_util=None, gpm_sm_active=None,
-                             gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None, noisy=None))
+            rows.append(_oom_row(b, errors[b]))
             continue
         rows.append(dict(batch_size=b, oom=False, error=None, step_ms=run.seconds * 1e3,
                          tokens_per_s=run.throughput, samples_per_s=run.throughput / seq_len,
@@ -256,9 +261,7 @@ def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, roun
         run, mean = runs.get(b), (lambda m: statistics.fmean(metrics[b][m]) if metrics[b].get(m) else None)
         if b in oom or run is None:
             runs.pop(b, None)
-            rows.append(dict(batch_size=b, oom=True, error=oom.get(b, "not run"), step_ms=None, tokens_per_s=None,
-                             samples_per_s=None, tflops=None, mfu=None, nvml_util=None, gpm_sm_active=None,
-                             gpm_tensor_active=None, cpu_percent=None, peak_mem_gb=None, noisy=None))
+            rows.append(_oom_row(b, oom.get(b, "not run")))
             continue
         rows.append(dict(batch_size=b, oom=False, error=None, step_ms=run.seconds * 1e3, tokens_per_s=run.throughput,
                          samples_per_s=run.throughput / seq_len, tflops=run.tflops, mfu=run.mfu,
