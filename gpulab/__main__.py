@@ -25,6 +25,8 @@ def _info(args: argparse.Namespace) -> int:
         return 0
     print(f"device      {dev.name} ({dev.kind})")
     print(f"torch       {dev.torch_version}  CUDA {dev.cuda_version}  driver {dev.driver}  CPU cores {dev.cpu_cores}")
+    if dev.cpu and dev.cpu != dev.name:
+        print(f"host CPU    {dev.cpu}")
     if dev.is_cuda:
         print(f"            compute capability {dev.capability}, {dev.sm_count} SMs, {dev.memory_gb:.1f} GB")
     if dev.datasheet_peaks:

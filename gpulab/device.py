@@ -151,6 +151,7 @@ class DeviceInfo:
     torch_version: str = torch.__version__
     cuda_version: str | None = torch.version.cuda
     cpu_cores: int = field(default_factory=usable_cores)
+    cpu: str | None = None  # the host's processor: launch-bound loops and data loading run at its speed
     datasheet_peaks: PeakSpec | None = None  # the datasheet's dense peaks (measured ones: gpulab.peaks)
     note: str = ""
 
@@ -205,6 +206,8 @@ class DeviceInfo:
 
     def _repr_html_(self) -> str:
         rows = [("device", self.name), ("torch", self.torch_version), ("CPU cores", self.cpu_cores)]
+        if self.cpu and self.cpu != self.name:
+            rows.append(("host CPU", self.cpu))
         if self.is_cuda:
             rows += [("compute capability", ".".join(map(str, self.capability or ()))),
                      ("SMs", self.sm_count),
@@ -267,7 +270,7 @@ def get_device(index: int | None = None) -> DeviceInfo:
         if index is not None:
             raise ValueError(f"index={index} asks for CUDA device {index}, but no CUDA GPU is visible here; "
                              "use get_device() for the CPU")
-        return DeviceInfo(kind="cpu", name=cpu_name(),
+        return DeviceInfo(kind="cpu", name=cpu_name(), cpu=cpu_name(),
                           note="no CUDA GPU: GPU-only steps are skipped; compare with the reference GPU's numbers")
     index = torch.cuda.current_device() if index is None else index
     if index >= torch.cuda.device_count():
@@ -284,7 +287,20 @@ def get_device(index: int | None = None) -> DeviceInfo:
         pci = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
     return DeviceInfo(kind="cuda", name=p.name, index=index, capability=(p.major, p.minor),
                       sm_count=p.multi_processor_count, memory_gb=p.total_memory / 1e9, uuid=uuid,
-                      pci_bus_id=pci, driver=_driver_version(), datasheet_peaks=peaks, note=note)
+                      pci_bus_id=pci, driver=_driver_version(), cpu=cpu_name(), datasheet_peaks=peaks, note=note)
+
+
+def host_difference(mine: dict[str, Any], reference: dict[str, Any]) -> str | None:
+    """One sentence when two result files' devices ran on different host CPUs, else None.
+
+    Takes the `device` dicts of two result files. Files written before the host was recorded have no `cpu`:
+    then nothing can be said, and None is returned.
+    """
+    a, b = mine.get("cpu"), reference.get("cpu")
+    if not a or not b or a == b:
+        return None
+    return (f"The host CPUs differ ({a} here, {b} in the reference): launch-bound loops, Python overhead and "
+            "data loading run at the host's speed, so their numbers and verdicts can differ on the same GPU.")
 
 
 class float32_matmul_precision:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .device import DeviceInfo, get_device
+from .device import DeviceInfo, get_device, host_difference
 from .experiment import Claim, Comparison
 from .claims import match_claims
 
@@ -323,7 +323,9 @@ class ReferenceView:
         rdev = self.reference["device"]["name"]
         body = "".join(f"<tr><td style='text-align:left'>{a}</td><td>{b}</td><td>{c}</td></tr>"
                        for a, b, c in self.rows())
-        return (f"<table><tr><th></th><th>this run: {dev}{' (smoke)' if self.mine['smoke'] else ''}</th>"
+        hosts = host_difference(self.mine["device"], self.reference["device"])
+        return ((f"<p>{hosts}</p>" if hosts else "")
+                + f"<table><tr><th></th><th>this run: {dev}{' (smoke)' if self.mine['smoke'] else ''}</th>"
                 f"<th>reference: {rdev}</th></tr>{body}</table>")
 
     def __repr__(self) -> str:

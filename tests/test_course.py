@@ -165,3 +165,18 @@ def test_mfu_bars_draw_a_shared_before_side_once():
     fig = plots.mfu(a, b, title="fixes")
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert len(labels) == 3 and len(set(labels)) == 3, labels
+
+
+def test_summary_beside_a_reference_names_a_different_host(tmp_path):
+    import dataclasses
+    from test_results import H100
+    for folder, cpu in (("mine", "CPU A"), ("ref", "CPU B")):
+        r = make_result("01_measuring")
+        r.device = dataclasses.replace(H100, cpu=cpu)
+        r.save(tmp_path / folder)
+    md, _ = course.write_summary(tmp_path / "mine" / "nvidia-h100-80gb-hbm3", tmp_path / "out",
+                                 compare=tmp_path / "ref" / "nvidia-h100-80gb-hbm3")
+    assert "The host CPUs differ (CPU A here, CPU B in the reference)" in md.read_text()
+    md, _ = course.write_summary(tmp_path / "ref" / "nvidia-h100-80gb-hbm3", tmp_path / "out2",
+                                 compare=tmp_path / "ref" / "nvidia-h100-80gb-hbm3")
+    assert "host CPUs differ" not in md.read_text()

@@ -167,3 +167,28 @@ def test_measure_peaks_keeps_each_rounds_interval_and_shares_it_in_the_run(tmp_p
     d._PEAK_CACHE.clear()  # the next notebook of the run reads the same intervals
     assert measure_peaks(cpu_device, size=32, dtypes=("fp32",)).round_intervals == p.round_intervals
     assert d.MeasuredPeaks(device="x", rounds={"fp32": [1.0]}).best_round("fp32") is None
+
+
+def test_the_host_cpu_is_recorded_shown_and_named_when_two_runs_differ():
+    dev = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0), cpu="AMD EPYC 9654 96-Core Processor")
+    assert DeviceInfo.from_dict(dev.to_dict()) == dev
+    assert "host CPU" in dev._repr_html_() and "EPYC 9654" in dev._repr_html_()
+    old = dev.to_dict()
+    del old["cpu"]  # a file written before the host was recorded
+    assert DeviceInfo.from_dict(old).cpu is None
+    from gpulab.device import host_difference
+    other = {**dev.to_dict(), "cpu": "Intel(R) Xeon(R) Platinum 8480+"}
+    line = host_difference(dev.to_dict(), other)
+    assert line and "EPYC 9654" in line and "8480+" in line and "launch-bound" in line
+    assert host_difference(dev.to_dict(), dev.to_dict()) is None
+    assert host_difference(dev.to_dict(), old) is None  # nothing to say without both hosts
+    assert get_device().cpu  # this machine's host is always named
+
+
+def test_a_reference_view_says_when_the_hosts_differ():
+    from gpulab.results import ReferenceView
+    mine = {"notebook": "01_measuring", "smoke": False, "experiments": [], "claims": [],
+            "device": {"name": "NVIDIA H100 80GB HBM3", "cpu": "CPU A"}}
+    ref = {**mine, "device": {"name": "NVIDIA H100 80GB HBM3", "cpu": "CPU B"}}
+    assert "host CPUs differ (CPU A here, CPU B in the reference)" in ReferenceView(mine, ref)._repr_html_()
+    assert "host CPUs differ" not in ReferenceView(mine, mine)._repr_html_()

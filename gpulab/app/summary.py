@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..claims import Estimate, agreement, count_verdicts, match_claims
+from ..device import host_difference
 from ..results import ResultError, load_result, write_text_atomic
 
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
@@ -412,6 +413,10 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
         md += [heading, ""]
     if compare:
         md += [f"Reference: `{compare}`.", ""]
+        hosts = {host_difference(d.get("device") or {}, reference[name].get("device") or {})
+                 for name, d in results.items() if name in reference} - {None}
+        for line in sorted(hosts):
+            md += [line, ""]
     not_speed = sorted({w for d in results.values() if (w := not_a_speed_run(d))})
     if not_speed:
         md += [f"{'; '.join(not_speed)}: the timings check that the code runs, the gains are not shown.", ""]
