@@ -180,3 +180,16 @@ def test_summary_beside_a_reference_names_a_different_host(tmp_path):
     md, _ = course.write_summary(tmp_path / "ref" / "nvidia-h100-80gb-hbm3", tmp_path / "out2",
                                  compare=tmp_path / "ref" / "nvidia-h100-80gb-hbm3")
     assert "host CPUs differ" not in md.read_text()
+
+
+def test_summary_beside_a_reference_gives_both_hosts_launch_speed(tmp_path):
+    from gpulab.results import NotebookResult
+    from test_results import H100
+    for folder, us in (("mine", 4.2), ("ref", 6.9)):
+        r = NotebookResult("00_device", smoke=False, device=H100)
+        r.record("host", {"cpu": "CPU", "cores": 16, "launch_us": us, "launch_us_rounds": [us]})
+        r.save(tmp_path / folder)
+        make_result("01_measuring").save(tmp_path / folder)
+    md, _ = course.write_summary(tmp_path / "mine" / "nvidia-h100-80gb-hbm3", tmp_path / "out",
+                                 compare=tmp_path / "ref" / "nvidia-h100-80gb-hbm3")
+    assert "4.2 µs per eager kernel launch here, 6.9 µs in the reference" in md.read_text()

@@ -4,7 +4,7 @@ import torch
 
 from gpulab.device import get_device
 from gpulab.results import load_result
-from gpulab.app.selfcheck import monitor_overhead, run_check
+from gpulab.app.selfcheck import host_launch_us, monitor_overhead, run_check
 
 
 def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
@@ -28,6 +28,15 @@ def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
     saved = load_result(result.path())
     assert saved["notebook"] == "00_device" and saved["smoke"] is True
     assert [c["text"] for c in saved["claims"]] == [c.text for c in result.claims]
+    host = saved["extra"]["host"]  # the host's speed, reported beside the claims (launch-bound work runs at it)
+    assert host["cpu"] and host["launch_us"] > 0 and len(host["launch_us_rounds"]) == 3
+
+
+def test_host_launch_time_is_per_op_and_rejects_bad_counts():
+    m = host_launch_us(get_device(), launches=50, rounds=2)
+    assert m.n == 2 and 0 < m.median < 0.01  # seconds per op: microseconds, not the whole round
+    with pytest.raises(ValueError, match="launches=0"):
+        host_launch_us(get_device(), launches=0)
 
 
 def test_monitor_overhead_alternates_phases():

@@ -1,6 +1,7 @@
 """`python -m gpulab check`: does measuring work on this machine? Peaks, monitor readings and monitor overhead.
 
-It measures four things and checks them as claims:
+It measures four things and checks them as claims (and times the host's eager op dispatch, which it reports
+without a claim: launch-bound loops and data loading run at the host's speed, not the GPU's):
 1. sustained BF16 matmul TFLOP/s and device copy bandwidth, against floors that hold on any healthy GPU:
    fractions of this device's own datasheet dense peak and memory bandwidth (not tested without an entry),
 2. the monitor around about 2 s of large BF16 matmuls (NVML busy and GPM tensor activity should be high),
@@ -135,6 +136,28 @@ def monitor_overhead(device: DeviceInfo, *, phases: int = 12, blocks: int = 8, b
     return Measurement("monitor off", times[False]), Measurement("monitor on", times[True])
 
 
+def host_launch_us(device: DeviceInfo, *, launches: int = 2000, rounds: int = 5) -> Measurement:
+    """Host time per eager op on a one-element tensor (a kernel launch on a GPU), in rounds of `launches` ops.
+
+    A tiny op's kernel finishes faster than the host can launch the next one, so the time per op is the
+    host's dispatch and launch cost: what bounds a loop of small kernels.
+    """
+    if launches < 1 or rounds < 1:
+        raise ValueError(f"launches={launches}, rounds={rounds}: both must be at least 1")
+    x = torch.zeros(1, device=device.torch_device)
+    for _ in range(100):  # warm-up: the first launches load the kernel
+        x.add_(1)
+    synchronize()
+    per_op = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            x.add_(1)
+        synchronize()
+        per_op.append((time.perf_counter() - t0) / launches)
+    return Measurement("eager op on a one-element tensor", per_op)
+
+
 def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False) -> NotebookResult:
     """Run the self-check and return (and by default save) its result as 00_device.json.
 
@@ -147,6 +170,9 @@ def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False)
     bar = tqdm(total=4, desc="self-check", disable=not progress)
     bar.set_postfix_str("peaks")
     peaks = measure_peaks(device, size=1024 if smoke else None)
+    launch = host_launch_us(device, launches=200, rounds=3) if smoke else host_launch_us(device)
+    result.record("host", {"cpu": device.cpu, "cores": device.cpu_cores, "launch_us": launch.median * 1e6,
+                           "launch_us_rounds": [t * 1e6 for t in launch.times_s]})
     bar.update()
     bar.set_postfix_str("monitor busy and idle")
     result.record("measured_peaks", peaks.to_dict())
@@ -198,6 +224,10 @@ def print_check(result: NotebookResult) -> None:
     """Print the self-check's claims, one line each."""
     for c in result.claims:
         print(f"{c.label:>12}  {c.text}: measured {c._measured_str()}" + (f" ({c.note})" if c.note else ""))
+    host = result.extra.get("host")
+    if host:
+        print(f"{'host':>12}  {host['cpu']}, {host['cores']} cores: {host['launch_us']:.3g} µs per eager op "
+              f"(one-element add; median of {len(host['launch_us_rounds'])} rounds)")
     off_on = result.extra.get("monitor_overhead_ratio")
     if off_on:
         print(f"            monitor on/off time ratio {off_on:.4f}")

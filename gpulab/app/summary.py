@@ -360,6 +360,8 @@ def reference_section(folder: Path | str) -> str:
                      + f" and {_fmt(idle.get('measured'), '{:.0f}%')} when idle")
         if ex.get("monitor_overhead_ratio") is not None:
             line += f"; the monitor's on/off time ratio on a small training loop {ex['monitor_overhead_ratio']:.4f}"
+        if ex.get("host"):
+            line += f"; host: {ex['host']['cpu']}, {ex['host']['launch_us']:.3g} µs per eager kernel launch"
         md.append(line + ".")
     case = results.get("08_case_study")
     rows = (case or {}).get("extra", {}).get("waterfall") or []
@@ -417,6 +419,11 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
                  for name, d in results.items() if name in reference} - {None}
         for line in sorted(hosts):
             md += [line, ""]
+        mine_host = ((results.get("00_device") or {}).get("extra") or {}).get("host")
+        ref_host = ((reference.get("00_device") or {}).get("extra") or {}).get("host")
+        if mine_host and ref_host:
+            md += [f"Host launch speed (self-check): {mine_host['launch_us']:.3g} µs per eager kernel launch here, "
+                   f"{ref_host['launch_us']:.3g} µs in the reference.", ""]
     not_speed = sorted({w for d in results.values() if (w := not_a_speed_run(d))})
     if not_speed:
         md += [f"{'; '.join(not_speed)}: the timings check that the code runs, the gains are not shown.", ""]
