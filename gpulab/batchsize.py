@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import html
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -98,7 +99,25 @@ def _fmt(key: str, v: Any) -> str:
         return si(v, "B")
     if key == "step_ms" and isinstance(v, (int, float)):
         return si(v / 1e3, "s")
+    if key == "error":
+        return html.escape(_short_error(str(v)))
     return si(v) if isinstance(v, float) else html.escape(str(v))
+
+
+def _short_error(msg: str, limit: int = 80) -> str:
+    """An error for a table cell: its first sentences up to `limit` characters, never cut inside a word
+    ("OutOfMemoryError: CUDA out of memory. Tried to allocate 16.50 GiB.", not "... this process h")."""
+    if len(msg) <= limit:
+        return msg
+    out = ""
+    for part in re.split(r"(?<=\.) ", msg):
+        if out and len(out) + 1 + len(part) > limit:
+            return out + " …"
+        out = f"{out} {part}" if out else part
+    if len(out) <= limit:
+        return out
+    cut = out[:limit].rsplit(" ", 1)[0]
+    return cut + " …"
 
 
 CPU_ALLOCATION_FAILURES = ("can't allocate", "cannot allocate", "defaultcpuallocator", "not enough memory")

@@ -124,3 +124,18 @@ def test_si_ticks_drop_trailing_zeros_so_neighbours_read_alike():
     from gpulab.display.plots import si_tick
     assert [si_tick(v) for v in (0, 50e3, 100e3, 150e3, 2.5e6, 1.25e6)] == ["0", "50 k", "100 k", "150 k", "2.5 M",
                                                                             "1.25 M"]
+
+
+def test_tracker_draws_one_to_three_monitor_readings_as_points_not_a_curve():
+    """09: the loop ran about a second, NVML and GPM read at its last two records, and each was drawn as a
+    dashed stub of a curve beside 150 steps of MFU."""
+    rs = [StepRecord(step=1 + 7 * i, gpu_ms=5.9, mfu=0.28, nvml_util=99.0 if i >= 8 else None,
+                     gpm_sm_active=50.0 if i >= 8 else None) for i in range(10)]
+    fig = plots.tracker_figure(SimpleNamespace(records=rs, peak_name="the BF16 peak", item_name="samples",
+                                               log_line=lambda r: "step"))
+    lines = {ln.get_label(): ln for ln in fig.axes[1].lines}
+    for name in ("GPU busy (NVML, %)", "SM active (GPM, %)"):
+        assert lines[name].get_linestyle() == "None" and lines[name].get_marker() == "o"
+    assert lines["MFU"].get_linestyle() == "-"
+    fig = plots.tracker_figure(_tracker(mfu=0.04, nvml_util=52.0))  # every record read: a curve
+    assert {ln.get_label(): ln.get_linestyle() for ln in fig.axes[1].lines}["GPU busy (NVML, %)"] == "--"

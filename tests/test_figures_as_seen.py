@@ -131,6 +131,22 @@ def test_search_tables_show_three_significant_figures_and_one_memory_unit():
     assert "2.82 GB" in page and "19.5 ms" in page and "MiB" not in page and "<th>peak memory</th>" in page
 
 
+def test_search_table_shortens_an_error_to_whole_sentences():
+    """06's search cut PyTorch's out-of-memory message at 160 characters: '... Including non-PyTorch memory, this
+    process h'."""
+    from gpulab.batchsize import BatchSizeSearch
+
+    msg = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 16.50 GiB. GPU 0 has a total capacity of 79.18 GiB"
+           " of which 5.99 GiB is free. Including non-PyTorch memory, this process h")
+    tried = [dict(batch_size=86, fits=False, samples_per_s=None, step_ms=None, peak_mem_bytes=None, error=msg),
+             dict(batch_size=87, fits=False, samples_per_s=None, step_ms=None, peak_mem_bytes=None,
+                  error="MemoryError: " + "x" * 30 + " " + "y" * 70)]
+    page = BatchSizeSearch(85, 80, tried)._repr_html_()
+    assert "OutOfMemoryError: CUDA out of memory. Tried to allocate 16.50 GiB. …" in page
+    assert "this process h" not in page and "y" * 70 not in page
+    assert BatchSizeSearch(85, 80, tried).tried[0]["error"] == msg  # the record keeps the whole line
+
+
 def test_timeline_fallback_names_a_side_without_a_sample():
     """04's streams timeline gave the serial side's SM-active mean and said nothing of the other side."""
     a = Trace(series={"gpm_sm_active": [(0.5, 53.2)]})

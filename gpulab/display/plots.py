@@ -304,7 +304,10 @@ def tracker_figure(tracker: Any):
     for metric, color in (("nvml_util", BEFORE), ("gpm_sm_active", REF)):
         pts = [(r.step, getattr(r, metric)) for r in rs if getattr(r, metric) is not None]
         if pts and any(r.mfu is not None for r in rs):
-            a2.plot(*zip(*pts), color=color, lw=1, ls="--", label=METRICS[metric])
+            if len(pts) <= 3:  # a short loop read by a ~1 Hz monitor: 1-3 points are points, not a curve
+                a2.plot(*zip(*pts), color=color, ls="none", marker="o", ms=4, label=METRICS[metric])
+            else:
+                a2.plot(*zip(*pts), color=color, lw=1, ls="--", label=METRICS[metric])
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     if a2.lines and any(r.mfu is not None for r in rs):  # percent: plain ticks (10, 20), not si's "10.0"
