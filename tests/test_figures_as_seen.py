@@ -152,4 +152,14 @@ def test_timeline_fallback_names_a_side_without_a_sample():
     a = Trace(series={"gpm_sm_active": [(0.5, 53.2)]})
     b = Trace(series={"nvml_util": [(0.1, 90.0)]})
     fig = plots.timeline(("serial", a), ("side stream", b), metrics=("gpm_sm_active",))
-    assert "serial: 53.2; side stream: no sample" in fig.axes[0].texts[0].get_text()
+    assert "serial: 53.2%; side stream: no sample" in fig.axes[0].texts[0].get_text()
+
+
+def test_timeline_fallback_mean_is_the_tables_number():
+    """04's timeline read "mean over the window: 61.8" (the two 1 s GPM samples) beside a comparison table that
+    printed 72.2% (the window's whole GPM reading) for the same side and window."""
+    a = Trace(series={"gpm_sm_active": [(0.5, 50.0), (1.5, 73.6)]}, window={"gpm_sm_active": 72.2})
+    b = Trace(series={"gpm_sm_active": [(0.5, 70.0), (1.5, 76.6)]}, window={"gpm_sm_active": 73.8})
+    fig = plots.timeline(("item", a), ("summed", b), metrics=("gpm_sm_active",))
+    text = fig.axes[0].texts[0].get_text()
+    assert "item: 72.2%; summed: 73.8%" in text and "61.8" not in text

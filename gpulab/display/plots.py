@@ -38,7 +38,10 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
                  if tr and tr.series.get(metric)]
         if drawn and max(len(v) for _, v, _, _ in drawn) < MIN_TIMELINE_POINTS:  # 1-3 points are not a timeline
             n = max(len(v) for _, v, _, _ in drawn)
-            means = "; ".join([f"{label}: {sig(sum(v) / len(v))}" for label, v, _, _ in drawn]
+            # the trace's own mean (GPM: its whole-window reading), the number the comparison's table prints
+            unit = "%" if METRICS.get(metric, "").endswith("%)") else ""
+            means = "; ".join([f"{label}: {sig(tr.mean(metric))}{unit}" for label, tr, _ in series
+                               if tr and tr.series.get(metric)]
                               + [f"{label}: no sample" for label, tr, _ in series if tr and not tr.series.get(metric)])
             reader = "GPM reads" if metric.startswith("gpm") else "the monitor reads it"
             _no_data(ax, f"{n} sample{'s' if n != 1 else ''} in this window: too few for a curve "
