@@ -232,7 +232,7 @@ class Claim:
     def expected(self) -> str:
         """The band as text, e.g. ">= 1.3x" or "40-60%"."""
         one = self.high if self.low is None else self.low if self.high is None or self.low == self.high else None
-        u = "" if self.unit in ("x",) + PERCENT_UNITS else f" {self._unit(one)}"  # ">= 1 sync per step", "2 kernels"
+        u = "" if self.unit in ("x",) + PERCENT_UNITS or not self.unit else f" {self._unit(one)}"  # "2 kernels"
         sfx = "x" if self.unit == "x" else ("%" if self.unit in PERCENT_UNITS else "")
         if self.low is not None and self.high is not None:
             if self.low == self.high:
@@ -308,7 +308,8 @@ class Claim:
     def _fmt(self, v: float) -> str:
         if self.unit == "% gain":  # the speedup beside it, as every comparison line shows it: "+29.7% (1.30x)"
             return f"{'+' if v > 0 else ''}{self._num(v)}% ({sig(1 + v / 100)}x)"
-        return self._num(v) + ("x" if self.unit == "x" else "%" if self.unit == "%" else f" {self._unit(v)}")
+        return self._num(v) + ("x" if self.unit == "x" else "%" if self.unit == "%" else
+                               f" {self._unit(v)}" if self.unit else "")
 
     def _measured_str(self) -> str:
         if self.measured is None:

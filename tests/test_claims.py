@@ -183,3 +183,9 @@ def test_a_percent_gain_shows_its_speedup_beside_it():
     assert c._measured_str() == "+590% (6.90x) [585, 592]" and c.verdict == "refuted"
     c = Claim("2-5% faster", low=2, high=5, unit="% gain").check(-7.6, interval=(-23.4, 21.9))
     assert c._measured_str().startswith("-7.60% (0.924x)")
+
+
+def test_a_unitless_claim_has_no_stray_space():
+    c = Claim("matches", low=1, high=1, unit="").check(0)
+    assert c.expected == "1" and c._measured_str() == "0"
+    assert "expected 1, measured 0:" in c._repr_html_()

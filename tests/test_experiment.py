@@ -154,3 +154,14 @@ def test_measure_of_a_warm_function_skips_the_extra_first_call(cpu_device):
         assert run.measurement.n == 5  # the timed window is the same either way
     # cold: one call before the window, two warm-up calls, five timed; warm (the caller ran it): one warm-up
     assert calls == {"cold": 8, "warm": 6}
+
+
+def test_mfu_of_a_measured_peak_warns_only_beyond_its_own_noise():
+    import warnings
+    near = RunResult("a", Measurement("a", [1.0]), flops=101e12, measured_peak_tflops=100.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 1% above a measured peak is the peak's own noise: no warning
+        assert near.mfu_measured_peak == pytest.approx(1.01)
+    far = RunResult("b", Measurement("b", [1.0]), flops=120e12, measured_peak_tflops=100.0)
+    with pytest.warns(UserWarning, match="above the measured peak"):
+        assert far.mfu_measured_peak == pytest.approx(1.2)
