@@ -39,8 +39,15 @@ def si(x: float | None, unit: str = "", digits: int = 3) -> str:
 
 
 def pct(x: float | None, scale: float = 100.0, digits: int = 3) -> str:
-    """A fraction as a percentage (pct(0.473) -> '47.3%'); pass scale=1 for a number already in percent."""
-    return "n/a" if x is None or not math.isfinite(x) else f"{sig(x * scale, digits)}%"
+    """A fraction as a percentage (pct(0.473) -> '47.3%'); pass scale=1 for a number already in percent.
+
+    Below 0.001% it says so ('< 0.001%') rather than print a row of zeros ('0.000000260%').
+    """
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if x and abs(x * scale) < 1e-3:
+        return f"{'> -' if x < 0 else '< '}0.001%"
+    return f"{sig(x * scale, digits)}%"
 
 
 def ratio(x: float | None, digits: int = 3) -> str:

@@ -14,3 +14,8 @@ def test_percent_ratio_and_plurals():
     assert pct(0.4734) == "47.3%" and pct(47.34, scale=1) == "47.3%" and pct(None) == "n/a"
     assert ratio(7.891) == "7.89x"
     assert plural(1, "kernel") == "1 kernel" and plural(3, "kernel") == "3 kernels" and plural(2, "pass") == "2 passes"
+
+
+def test_a_tiny_percentage_says_so_instead_of_a_row_of_zeros():
+    assert pct(2.6e-9) == "< 0.001%"  # 03's page read "tensor active, GPM 0.000000260%"
+    assert pct(-2.6e-9) == "> -0.001%" and pct(0) == "0%" and pct(1.68e-5) == "0.00168%"
