@@ -96,6 +96,11 @@ def test_a_summary_beside_a_reference_counts_the_verdicts_that_agree():
     assert rows[0] == "| 01_x | **claim 1** | refuted: lower than claimed | confirmed |"  # the flip comes first
     assert rows[1] == "| 01_x | claim 3 | confirmed | inconclusive |"
     assert agreement_section(run("confirmed"), {}) == "No claim is in both this run and the reference."
+    measured = {"01_x": {"claims": [{"text": "c", "key": "01.c", "verdict": "inconclusive", "measured": 0.718,
+                                     "interval": [0.255, 1.08], "high": 1.0, "unit": "%"}]}}
+    base = {"01_x": {"claims": [{**measured["01_x"]["claims"][0], "verdict": "confirmed", "measured": 0.328,
+                                 "interval": [0.209, 0.466]}]}}
+    assert "| inconclusive: 0.718% [0.255, 1.08] | confirmed: 0.328% [0.209, 0.466] |" in agreement_section(measured, base)
 
 
 def _unequal(name, speedup, items_before, items_after, kind="optimisation"):

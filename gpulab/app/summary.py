@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..claims import Estimate, agreement, count_verdicts, match_claims
+from ..claims import Claim, Estimate, agreement, count_verdicts, match_claims
 from ..device import host_difference
 from ..results import ResultError, load_result, write_text_atomic
 
@@ -65,6 +65,16 @@ def _date(data: dict) -> str:
 def _verdict(c: dict) -> str:
     v = c.get("verdict", "—")
     return f"refuted: {c['side']} than claimed" if v == "refuted" and c.get("side") else v
+
+
+def _verdict_and_value(c: dict) -> str:
+    """The verdict with the measurement it stands on: 'inconclusive: 0.718% [0.255, 1.08]'."""
+    if c.get("measured") is None:
+        return _verdict(c)
+    try:
+        return f"{_verdict(c)}: {Claim.from_dict(c)._measured_str()}"
+    except (TypeError, ValueError, KeyError):  # an older file's claim: its verdict alone
+        return _verdict(c)
 
 
 def _kind(e: dict) -> str:
@@ -193,7 +203,7 @@ def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> s
                                                                    reference[nb].get("claims", [])) if i == ident)
             mark = "**" if (nb, ident) in flips else ""
             label = mine.get("text", ident) + (f" (`{mine['key']}`)" if mine.get("key") else "")
-            lines.append(f"| {nb} | {mark}{label}{mark} | {_verdict(mine)} | {_verdict(theirs)} |")
+            lines.append(f"| {nb} | {mark}{label}{mark} | {_verdict_and_value(mine)} | {_verdict_and_value(theirs)} |")
     return "\n".join(lines)
 
 
