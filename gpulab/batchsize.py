@@ -101,6 +101,8 @@ def _fmt(key: str, v: Any) -> str:
         return si(v / 1e3, "s")
     if key == "error":
         return html.escape(_short_error(str(v)))
+    if key == "fits":
+        return "yes" if v else "no"
     return si(v) if isinstance(v, float) else html.escape(str(v))
 
 

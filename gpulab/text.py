@@ -38,6 +38,15 @@ def si(x: float | None, unit: str = "", digits: int = 3) -> str:
     return f"{text} {prefix}{unit}".rstrip() if unit or prefix else text
 
 
+def si_count(x: float | None, unit: str = "") -> str:
+    """A count or a tick with its SI prefix and no trailing zeros: 9 syncs read '9', 2,000 kernels '2 k',
+    2.5 syncs '2.5' (si() keeps three figures: '9.00', '2.00 k')."""
+    number, _, rest = si(x, unit).partition(" ")
+    if "." in number:
+        number = number.rstrip("0").rstrip(".")
+    return f"{number} {rest}".rstrip()
+
+
 def pct(x: float | None, scale: float = 100.0, digits: int = 3) -> str:
     """A fraction as a percentage (pct(0.473) -> '47.3%'); pass scale=1 for a number already in percent.
 

@@ -145,6 +145,7 @@ def test_search_table_shortens_an_error_to_whole_sentences():
     assert "OutOfMemoryError: CUDA out of memory. Tried to allocate 16.50 GiB. …" in page
     assert "this process h" not in page and "y" * 70 not in page
     assert BatchSizeSearch(85, 80, tried).tried[0]["error"] == msg  # the record keeps the whole line
+    assert "<td>no</td>" in page and "False" not in page  # the "fits" column in words, not Python
 
 
 def test_timeline_fallback_names_a_side_without_a_sample():

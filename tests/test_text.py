@@ -19,3 +19,9 @@ def test_percent_ratio_and_plurals():
 def test_a_tiny_percentage_says_so_instead_of_a_row_of_zeros():
     assert pct(2.6e-9) == "< 0.001%"  # 03's page read "tensor active, GPM 0.000000260%"
     assert pct(-2.6e-9) == "> -0.001%" and pct(0) == "0%" and pct(1.68e-5) == "0.00168%"
+
+
+def test_a_count_drops_trailing_zeros():
+    from gpulab.text import si_count
+    assert si_count(9.0) == "9" and si_count(2000.0) == "2 k" and si_count(2.5) == "2.5"  # 09 read "9.00", "2.00 k"
+    assert si_count(None) == "n/a" and si_count(1500.0, "B") == "1.5 kB"

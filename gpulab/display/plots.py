@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 
 from ..experiment import Comparison
 from ..monitor import METRICS, Trace
-from ..text import ratio, si, sig
+from ..text import ratio, si, si_count, sig
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
 MIN_TIMELINE_POINTS = 4  # fewer samples in every series of a panel: show their means, not a line
@@ -245,10 +245,7 @@ def _row_width(n: int) -> float:
 
 def si_tick(y: float, _pos: int | None = None) -> str:
     """An axis tick with its SI prefix and no trailing zeros: '50 k' beside '100 k', not '50.0 k'."""
-    number, _, prefix = si(y).partition(" ")
-    if "." in number:
-        number = number.rstrip("0").rstrip(".")
-    return f"{number} {prefix}".rstrip()
+    return si_count(y)
 
 
 def waterfall(steps: Sequence[tuple[str, float]], *, ylabel: str = "tokens/s", title: str = "one change at a time",
