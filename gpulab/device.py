@@ -270,7 +270,8 @@ def get_device(index: int | None = None) -> DeviceInfo:
         if index is not None:
             raise ValueError(f"index={index} asks for CUDA device {index}, but no CUDA GPU is visible here; "
                              "use get_device() for the CPU")
-        return DeviceInfo(kind="cpu", name=cpu_name(), cpu=cpu_name(),
+        host = cpu_name()
+        return DeviceInfo(kind="cpu", name=host, cpu=host,
                           note="no CUDA GPU: GPU-only steps are skipped; compare with the reference GPU's numbers")
     index = torch.cuda.current_device() if index is None else index
     if index >= torch.cuda.device_count():

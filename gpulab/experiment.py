@@ -66,7 +66,7 @@ class RunResult:
         # A measured peak is itself a measurement: a workload may beat it by a few % (clocks, another shape),
         # so only a rate more than 5% above it says the FLOP count is wrong (mfu() warns then).
         _mfu(self.flops, self.seconds, None, measured_peak_tflops=self.measured_peak_tflops)
-        return self.flops / self.seconds / 1e12 / self.measured_peak_tflops
+        return self.tflops / self.measured_peak_tflops
 
     @property
     def throughput(self) -> float | None:

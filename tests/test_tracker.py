@@ -311,6 +311,25 @@ def test_tracker_overhead_times_blocks_with_events_when_given(cpu_device):
     assert len(o.host_blocks["off"]) == 4 and o.overhead("gpulab tracker").value == pytest.approx(0.0, abs=1e-9)
 
 
+class FakeTracker:
+    """A tracker that spends `cost_s` of the fake clock in each step() call and records nothing."""
+
+    def __init__(self, clock, cost_s: float = 0.0):
+        self.clock, self.cost_s = clock, cost_s
+
+    def start(self):
+        return self
+
+    def step(self):
+        self.clock.t += self.cost_s
+
+    def stop(self):
+        pass
+
+    def summary(self):
+        return {}
+
+
 def test_tracker_overhead_measures_the_trackers_own_host_time(cpu_device):
     """Each on block records the host time inside tracker.step(): a tracker that costs 0.1 ms per call on a
     10 ms step reads 1% own cost, and the off blocks carry none of it."""
@@ -320,22 +339,9 @@ def test_tracker_overhead_measures_the_trackers_own_host_time(cpu_device):
     def step():
         clock.t += 0.01
 
-    class CostlyTracker:
-        def start(self):
-            return self
-
-        def step(self):
-            clock.t += 1e-4
-
-        def stop(self):
-            pass
-
-        def summary(self):
-            return {}
-
     o = pl.tracker_overhead(step, loop="fake", block_steps=3, blocks=8, round_steps=2, rounds=2,
                             flops_per_step=1e9, peak_tflops=100.0, clock=clock, sync=lambda: None, events=None,
-                            make_tracker=CostlyTracker)
+                            make_tracker=lambda: FakeTracker(clock, cost_s=1e-4))
     assert o.own_s == pytest.approx([1e-4] * 4)
     own = o.own_cost()
     assert own.value == pytest.approx(1.0) and own.interval == pytest.approx((1.0, 1.0))
@@ -358,22 +364,9 @@ def test_tracker_overhead_times_the_guide_trackers_own_calls(cpu_device, monkeyp
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the guide's tracker syncs only with CUDA
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
 
-    class FreeTracker:
-        def start(self):
-            return self
-
-        def step(self):
-            pass
-
-        def stop(self):
-            pass
-
-        def summary(self):
-            return {}
-
     o = pl.tracker_overhead(step, loop="fake", block_steps=3, blocks=8, round_steps=5, rounds=4,
                             flops_per_step=1e9, peak_tflops=100.0, clock=clock, sync=lambda: None, events=None,
-                            make_tracker=FreeTracker)
+                            make_tracker=lambda: FakeTracker(clock))
     assert o.guide_own_s == pytest.approx([40e-6] * 4)
     own = o.guide_own_cost()
     assert own.value == pytest.approx(40 / 3500 * 100) and own.interval == pytest.approx((own.value, own.value))

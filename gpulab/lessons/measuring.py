@@ -256,7 +256,6 @@ def levels_figure(runs: Sequence[tuple[str, Any]], title: str = "three levels of
     """Grouped bars, values on each: NVML busy, GPM SM and tensor activity and MFU for each (label, RunResult)."""
     import matplotlib.pyplot as plt
 
-
     fig, ax = plt.subplots(figsize=(9, 3.8), layout="constrained")
     w = 0.8 / len(LEVELS)
     for j, (lname, get) in enumerate(LEVELS):
