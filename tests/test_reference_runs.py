@@ -32,3 +32,21 @@ def test_the_h100_reference_holds_every_notebook_of_one_gpu():
     for p in H100.glob("[0-9][0-9]_*.json"):
         data = json.loads(p.read_text())
         assert data["smoke"] is False and data["device"]["name"] == "NVIDIA H100 80GB HBM3", p.name
+
+
+@pytest.mark.parametrize("folder", sorted(p for p in REFERENCE.iterdir() if p.is_dir()), ids=lambda p: p.name)
+def test_a_reference_folder_comes_from_one_commit(folder):
+    """Every single-GPU result (00-09, 11) in a reference folder records the same commit; notebook 10 runs on another
+    machine (two GPUs) and may come from another."""
+    commits = {p.name: json.loads(p.read_text()).get("commit") for p in sorted(folder.glob("[0-9][0-9]_*.json"))
+               if not p.name.startswith("10_")}
+    assert commits and len(set(commits.values())) == 1 and None not in commits.values(), commits
+
+
+def test_the_repeat_run_is_of_the_h100_reference_commit():
+    """The second H100 run, kept for the run-to-run agreement the README quotes, is of the reference's commit."""
+    repeat = REFERENCE.parent / "repeats" / H100.name
+    ref_commit = json.loads((H100 / "01_measuring.json").read_text())["commit"]
+    for p in sorted(repeat.glob("[0-9][0-9]_*.json")):
+        data = json.loads(p.read_text())
+        assert data["commit"] == ref_commit and data["smoke"] is False, p.name
