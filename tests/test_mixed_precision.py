@@ -95,6 +95,16 @@ def test_loss_gap_tolerance_and_final_loss():
         loss_gap_estimate([1.0], ref)
 
 
+def test_a_loss_gap_over_half_the_steps_is_not_one_steps_swing():
+    """08's check (20 steps, each on another batch): a last step 3.4% low moves the mean of the last two steps past
+    the 2% line, the mean of the last ten by a third of that."""
+    ref = [4.0] * 20
+    run = [4.0 * 0.994] * 19 + [4.0 * 0.966]
+    assert loss_gap_estimate(run, ref).value == pytest.approx(-2.0)  # last 10%: two steps
+    half = loss_gap_estimate(run, ref, window=10)
+    assert half.value == pytest.approx(-0.88) and half.lo >= -2 and half.hi <= 0
+
+
 def test_convergence_band_is_the_tolerance_and_a_skipped_mode_says_why(cpu_lesson):
     fp32 = [3.0] * 20
     losses = {"fp32": fp32, "fp16": [3.09] * 20, "fp16_noscale": [3.3] * 20}
