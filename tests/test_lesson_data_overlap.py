@@ -213,6 +213,10 @@ def test_paired_knee_keeps_the_sweep_where_the_pair_is_undecided():
     assert L.paired_knee(est, rates, Estimate(1.05, 1.0, 1.1), half=8, cores=16) is est
     assert L.paired_knee(est, rates, None, half=8, cores=16) is est
     assert L.paired_knee(est, rates, Estimate(1.2, 1.1, 1.3), half=8, cores=16).interval == (16, 16)
+    # a second H100 run: one slow sweep window at 8 workers put the knee surely at 16, while the pair could not tell
+    sure16 = Estimate(16, 16, 16)
+    widened = L.paired_knee(sure16, rates, Estimate(1.054, 0.996, 1.204), half=8, cores=16)
+    assert widened.value == 16 and widened.interval == (8, 16)
 
 
 def test_paired_four_over_zero_decides_the_headline_ratio_either_way(gpu_lesson):

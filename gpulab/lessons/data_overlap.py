@@ -152,8 +152,10 @@ def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_o
 
 def paired_knee(knee_est: Estimate | None, rates: dict[int, Estimate], all_over_half: Estimate | None, half: int,
                 cores: int, fraction: float = 0.95) -> Estimate | None:
-    """The knee's interval narrowed by the paired all/half ratio: where half is surely within 5% of all, the knee
-    is at most half; where half is surely more than 5% short, it lies above half."""
+    """The knee's interval set by the paired all/half ratio: where half is surely within 5% of all, the knee is at
+    most half; where half is surely more than 5% short, it lies above half; where the pair cannot tell, the interval
+    holds both half and the next count above it, whatever the sweep's single windows read (one slow window at half
+    the cores would otherwise put the knee surely above it)."""
     if knee_est is None or all_over_half is None or cores <= half:
         return knee_est
     if all_over_half.hi < 1 / fraction:
@@ -161,7 +163,10 @@ def paired_knee(knee_est: Estimate | None, rates: dict[int, Estimate], all_over_
     if all_over_half.lo > 1 / fraction:
         above = min((k for k in rates if k > half), default=cores)
         return Estimate(max(knee_est.value, above), max(knee_est.lo, above), max(knee_est.hi, above))
-    return knee_est
+    above = min((k for k in rates if k > half), default=cores)
+    if knee_est.lo <= half and knee_est.hi >= above:
+        return knee_est
+    return Estimate(knee_est.value, min(knee_est.lo, half), max(knee_est.hi, above))
 
 
 def check_rules(lesson: Any, util: Sequence[tuple[int, Any]], util_rows: Sequence[dict[str, Any]],
