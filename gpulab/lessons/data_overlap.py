@@ -158,12 +158,11 @@ def paired_knee(knee_est: Estimate | None, rates: dict[int, Estimate], all_over_
     the cores would otherwise put the knee surely above it)."""
     if knee_est is None or all_over_half is None or cores <= half:
         return knee_est
+    above = min((k for k in rates if k > half), default=cores)  # the next count the sweep ran
     if all_over_half.hi < 1 / fraction:
         return Estimate(min(knee_est.value, half), min(knee_est.lo, half), min(knee_est.hi, half))
     if all_over_half.lo > 1 / fraction:
-        above = min((k for k in rates if k > half), default=cores)
         return Estimate(max(knee_est.value, above), max(knee_est.lo, above), max(knee_est.hi, above))
-    above = min((k for k in rates if k > half), default=cores)
     if knee_est.lo <= half and knee_est.hi >= above:
         return knee_est
     return Estimate(knee_est.value, min(knee_est.lo, half), max(knee_est.hi, above))
