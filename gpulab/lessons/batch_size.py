@@ -170,9 +170,9 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
     g1216, n1216 = sw.gain(12, 16), "sweep points, step-time quartiles"
     if paired_12_16 is not None:
         g1216, n1216 = paired_gain(paired_12_16), PAIRED_NOTE.format(a=12, b=16)
-    g3264, n3264 = sw.gain(32, 64), f"sweep points, steps' and windows' spread; {ours}"
+    g3264, n3264 = sw.gain(32, 64), "sweep points, steps' and windows' spread"
     if paired_32_64 is not None:
-        g3264, n3264 = paired_gain(paired_32_64), f"{PAIRED_NOTE.format(a=32, b=64)}; {ours}"
+        g3264, n3264 = paired_gain(paired_32_64), PAIRED_NOTE.format(a=32, b=64)
     nv, g812 = ratio(sw.nvml(12), sw.nvml(8)), sw.gain(8, 12)
     m8, m64 = g(8, "peak_mem_gb"), g(64, "peak_mem_gb")
     return [
@@ -188,7 +188,7 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
                f"NVML {pct(g(8, 'nvml_util'), 1)} -> {pct(g(12, 'nvml_util'), 1)}; throughput "
                + (f"{g812.value:+.3g}%" if g812 else "n/a") + f"; {ours}"),
         _judge(lesson, sw, "speed_12_16", g1216, (12, 16), f"{n1216}; {ours}"),
-        _judge(lesson, sw, "gain_32_64", g3264, (32, 64), n3264),  # 380 -> 480 read as +23% to +29%
+        _judge(lesson, sw, "gain_32_64", g3264, (32, 64), f"{n3264}; {ours}"),  # 380 -> 480: +23% to +29%
     ]
 
 
