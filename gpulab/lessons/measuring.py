@@ -20,7 +20,8 @@ CLAIMS = [
          "share from CUDA events, bursts)", quote="GPU Utilization: Percentage of time GPU had active kernels "
          "(0-100%)", low=0.8, high=1.25, unit="x", source=_S11, needs=("cuda",)),
     dict(key="memory_util", text="Memory Utilization: percentage of memory bandwidth used (NVML memory util minus "
-         "GPM DRAM bandwidth, a copy and a matmul)", quote="Memory Utilization: Percentage of memory bandwidth used",
+         "GPM DRAM bandwidth, a copy, a random gather and a matmul)",
+         quote="Memory Utilization: Percentage of memory bandwidth used",
          low=-10, high=10, unit="points", source=_S11, needs=("cuda",)),
     dict(key="window", text="nvidia-smi utilization averages over 1-second windows",
          quote="Averages over 1-second windows", low=0.9, high=1.1, unit="s", source=_S11, needs=("cuda",)),
@@ -120,9 +121,9 @@ def kernels_active(captured: Estimate | None, runs: Sequence[Any]) -> Evidence:
 
 
 def memory_util(watches: dict[str, Any]) -> Evidence:
-    """utilization.memory minus GPM's DRAM bandwidth on a memory-bound copy and a compute-bound matmul.
+    """utilization.memory minus GPM's DRAM bandwidth on a copy, a random gather and a compute-bound matmul.
 
-    The claim must hold on both: the workload whose difference lies further from zero is the one judged."""
+    The claim must hold on each: the workload whose difference lies furthest from zero is the one judged."""
     diffs = {}
     for name, w in watches.items():
         mem, dram = samples_estimate(w, "nvml_mem_util"), gpm_estimate(w, "gpm_dram_bw")
