@@ -21,6 +21,8 @@ from .trainer import build_model
 def share(x: float) -> str:
     """A fraction as a percentage that never reads "100%" unless it is all: 8,192 of 412 M logit gradients
     surviving is 99.998%, not the 100% three significant figures round it to."""
+    if x < 0.99:   # three figures cannot round it up to 100% (and pct says "< 0.001%" for the tiny ones)
+        return pct(x)
     for digits in range(3, 9):
         text = pct(x, digits=digits)
         if x >= 1 or float(text[:-1].replace(",", "")) < 100:
@@ -122,7 +124,7 @@ class UnderflowReport:
             if v is None:
                 return "—"
             if k in ("logit_grads_zeroed", "param_grads_zeroed"):
-                return share(v)
+                return html.escape(share(v))
             if k == "grad_rel_error":
                 return sig(v)
             if k == "mode":  # as the notebook's other tables name them, not the keys
