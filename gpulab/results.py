@@ -17,6 +17,7 @@ from typing import Any
 from .device import DeviceInfo, get_device, host_difference
 from .experiment import Claim, Comparison
 from .claims import match_claims
+from .host import speed_difference
 
 SCHEMA_VERSION = 1
 REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on
@@ -323,7 +324,10 @@ class ReferenceView:
         rdev = self.reference["device"]["name"]
         body = "".join(f"<tr><td style='text-align:left'>{a}</td><td>{b}</td><td>{c}</td></tr>"
                        for a, b, c in self.rows())
-        hosts = host_difference(self.mine["device"], self.reference["device"])
+        speed = speed_difference((self.mine.get("extra") or {}).get("host"),
+                                 (self.reference.get("extra") or {}).get("host"))
+        hosts = " ".join(filter(None, [host_difference(self.mine["device"], self.reference["device"]),
+                                       speed and speed[0].upper() + speed[1:] + "."]))
         return ((f"<p>{hosts}</p>" if hosts else "")
                 + f"<table><tr><th></th><th>this run: {dev}{' (smoke)' if self.mine['smoke'] else ''}</th>"
                 f"<th>reference: {rdev}</th></tr>{body}</table>")

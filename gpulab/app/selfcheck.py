@@ -19,6 +19,7 @@ import torch
 from ..device import DeviceInfo, get_device, measure_peaks, synchronize
 from ..claims import Claim
 from ..experiment import Comparison, RunResult
+from ..host import launch_times_us
 from ..monitor import Monitor, Trace, watch
 from ..results import NotebookResult
 from ..timing import Measurement
@@ -142,20 +143,8 @@ def host_launch_us(device: DeviceInfo, *, launches: int = 2000, rounds: int = 5)
     A tiny op's kernel finishes faster than the host can launch the next one, so the time per op is the
     host's dispatch and launch cost: what bounds a loop of small kernels.
     """
-    if launches < 1 or rounds < 1:
-        raise ValueError(f"launches={launches}, rounds={rounds}: both must be at least 1")
-    x = torch.zeros(1, device=device.torch_device)
-    for _ in range(100):  # warm-up: the first launches load the kernel
-        x.add_(1)
-    synchronize()
-    per_op = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(launches):
-            x.add_(1)
-        synchronize()
-        per_op.append((time.perf_counter() - t0) / launches)
-    return Measurement("eager op on a one-element tensor", per_op)
+    return Measurement("eager op on a one-element tensor",
+                       [t / 1e6 for t in launch_times_us(device, launches=launches, rounds=rounds)])
 
 
 def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False) -> NotebookResult:

@@ -1,0 +1,62 @@
+"""The host's launch time: timed by each lesson at its start and save, and said wherever two runs are compared."""
+import json
+
+import pytest
+
+import gpulab as gl
+from gpulab.host import launch_range_us, launch_times_us, speed_difference
+
+
+def test_launch_times_name_a_bad_argument(cpu_device):
+    with pytest.raises(ValueError, match="launches=0"):
+        launch_times_us(cpu_device, launches=0)
+    with pytest.raises(ValueError, match="rounds=0"):
+        launch_times_us(cpu_device, rounds=0)
+    times = launch_times_us(cpu_device, launches=50, rounds=2)
+    assert len(times) == 2 and all(0 < t < 1e4 for t in times)  # µs per op, not seconds
+
+
+def test_a_lesson_records_its_host_speed_at_start_and_save(cpu_device, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    les = gl.lesson("my_notebook", {}, full=dict(N=2), device=cpu_device, show=False)
+    host = les.result.extra["host"]
+    assert host["launch_us"] > 0 and len(host["launch_us_rounds"]) == 3 and "launch_us_end" not in host
+    assert "µs per eager op" in les._repr_html_()  # a CPU has no kernel launch to name
+    data = json.loads(les.save().read_text())
+    assert data["extra"]["host"]["launch_us_end"] > 0 and data["extra"]["host"]["cores"] == cpu_device.cpu_cores
+
+
+def test_speed_difference_says_which_host_was_slower_and_only_beyond_drift():
+    fast, slow = {"launch_us": 6.2, "launch_us_end": 6.3}, {"launch_us": 8.7, "launch_us_end": 8.9}
+    assert speed_difference(slow, fast).endswith("this host was 1.4x slower, so launch-bound work ran slower here")
+    assert "8.7-8.9 µs per kernel launch here, 6.2-6.3 µs in the reference" in speed_difference(slow, fast)
+    assert "1.4x faster" in speed_difference(fast, slow)
+    assert speed_difference(fast, {"launch_us": 6.5}).endswith("about the same speed")
+    assert speed_difference(fast, None) is None and speed_difference({}, fast) is None  # files from before it
+    assert launch_range_us({"launch_us": 7.0}) == (7.0, 7.0) and launch_range_us({"cpu": "x"}) is None
+
+
+def _result(launch_us, verdict):
+    return {"notebook": "06_batch_size", "smoke": False, "experiments": [], "device": {"name": "GPU"},
+            "claims": [{"key": "06.speed_8_64", "text": "4x", "verdict": verdict, "measured": 4.0, "low": 3,
+                        "high": 5}],
+            "extra": {"host": {"launch_us": launch_us}} if launch_us else {}}
+
+
+def test_the_summary_gives_the_host_speed_where_verdicts_differ():
+    from gpulab.app.summary import agreement_section
+
+    text = agreement_section({"06_batch_size": _result(8.7, "inconclusive")},
+                             {"06_batch_size": _result(6.2, "confirmed")})
+    assert "- 06_batch_size: host 8.7 µs per kernel launch here, 6.2 µs in the reference: this host was 1.4x slower" in text
+    same = agreement_section({"06_batch_size": _result(8.7, "confirmed")}, {"06_batch_size": _result(6.2, "confirmed")})
+    assert "host" not in same  # nothing differs, nothing to explain
+    old = agreement_section({"06_batch_size": _result(8.7, "inconclusive")}, {"06_batch_size": _result(None, "confirmed")})
+    assert "host" not in old  # a reference written before the host was timed
+
+
+def test_the_reference_view_gives_both_hosts_speeds():
+    from gpulab.results import ReferenceView
+
+    html = ReferenceView(_result(8.7, "inconclusive"), _result(6.2, "confirmed"))._repr_html_()
+    assert "Host 8.7 µs per kernel launch here, 6.2 µs in the reference: this host was 1.4x slower" in html
