@@ -38,8 +38,12 @@ def launch_times_us(device: DeviceInfo, *, launches: int = 2000, rounds: int = 5
     return per_op
 
 
-def host_speed(device: DeviceInfo, *, launches: int = 1000, rounds: int = 3) -> dict[str, Any]:
-    """The host's CPU and its launch time now: {"cpu", "cores", "launch_us" (median), "launch_us_rounds"}."""
+def host_speed(device: DeviceInfo, *, launches: int = 1000, rounds: int = 3) -> dict[str, Any] | None:
+    """The host's CPU and its launch time now: {"cpu", "cores", "launch_us" (median), "launch_us_rounds"}.
+
+    None where this process cannot run an op on `device` (a GPU described, but no CUDA here)."""
+    if device.torch_device.type == "cuda" and not torch.cuda.is_available():
+        return None
     rounds_us = launch_times_us(device, launches=launches, rounds=rounds)
     return {"cpu": device.cpu, "cores": device.cpu_cores, "launch_us": statistics.median(rounds_us),
             "launch_us_rounds": rounds_us}

@@ -234,9 +234,9 @@ class Lesson:
         for key in self.pending():
             why = self.missing(*self.spec(key).needs) or "not reached in this run"
             self.untested(key, why)
-        host = self.result.extra.get("host")
-        if isinstance(host, dict):
-            host["launch_us_end"] = host_speed(self.device)["launch_us"]
+        host, now = self.result.extra.get("host"), host_speed(self.device)
+        if isinstance(host, dict) and now:
+            host["launch_us_end"] = now["launch_us"]
         return self.result.save()
 
     def _repr_html_(self) -> str:
@@ -314,7 +314,9 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None 
         raise ValueError(f"claim keys {dupes} are declared twice")
     result = NotebookResult(name, smoke=small, device=device, params=dict(sizes))
     result.params_given = sorted(given)
-    result.record("host", host_speed(device))  # launch-bound numbers follow it: a comparison can say so
+    host = host_speed(device)  # launch-bound numbers follow the host's speed: a comparison can say so
+    if host:
+        result.record("host", host)
     out = Lesson(name, device, small, sizes, result, load_reference(name), {s.key: s for s in specs})
     if show:
         try:

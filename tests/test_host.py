@@ -60,3 +60,18 @@ def test_the_reference_view_gives_both_hosts_speeds():
 
     html = ReferenceView(_result(8.7, "inconclusive"), _result(6.2, "confirmed"))._repr_html_()
     assert "Host 8.7 µs per kernel launch here, 6.2 µs in the reference: this host was 1.4x slower" in html
+
+
+def test_a_gpu_described_on_a_machine_without_cuda_records_no_host_speed(monkeypatch, tmp_path):
+    """Tests describe an H100 on a CPU-only machine to reach the GPU code paths: the lesson must not launch on it."""
+    import torch
+    from gpulab.device import DeviceInfo
+    from gpulab.host import host_speed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0))
+    assert host_speed(h100) is None
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    les = gl.lesson("my_notebook", {}, full=dict(N=2), device=h100, show=False)
+    assert "host" not in les.result.extra and "µs per" not in les._repr_html_()
+    assert "host" not in json.loads(les.save().read_text())["extra"]
