@@ -49,6 +49,11 @@ def host_speed(device: DeviceInfo, *, launches: int = 1000, rounds: int = 3) -> 
             "launch_us_rounds": rounds_us}
 
 
+def recorded_host(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The `host` a loaded result file recorded (None for files written before it was timed)."""
+    return ((result or {}).get("extra") or {}).get("host")
+
+
 def launch_range_us(host: dict[str, Any] | None) -> tuple[float, float] | None:
     """(fastest, slowest) of a result's launch times at its start and end; None for files without them."""
     if not host:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from .claims import Claim
 from .device import DeviceInfo, get_device
 from .dtypes import dtype_support
-from .host import host_speed, launch_range_us
+from .host import host_speed, launch_range_us, recorded_host
 from .results import NotebookResult, load_reference, making_reference
 
 # What a claim may need, and how to tell whether this run has it: need -> (test(lesson) -> reason or None).
@@ -234,8 +234,8 @@ class Lesson:
         for key in self.pending():
             why = self.missing(*self.spec(key).needs) or "not reached in this run"
             self.untested(key, why)
-        host, now = self.result.extra.get("host"), host_speed(self.device)
-        if isinstance(host, dict) and now:
+        host = self.result.extra.get("host")
+        if isinstance(host, dict) and (now := host_speed(self.device)):
             host["launch_us_end"] = now["launch_us"]
         return self.result.save()
 
@@ -260,7 +260,7 @@ class Lesson:
         host = self.result.extra.get("host")
         if not isinstance(host, dict) or host.get("launch_us") is None:
             return ""
-        ref = launch_range_us(((self.reference or {}).get("extra") or {}).get("host"))
+        ref = launch_range_us(recorded_host(self.reference))
         what = "kernel launch" if self.device.is_cuda else "eager op"
         return (f"<br>host: {host['launch_us']:.2g} µs per {what}"
                 + (f" (the reference's: {ref[0]:.2g} µs)" if ref else "")

@@ -17,7 +17,7 @@ from typing import Any
 from .device import DeviceInfo, get_device, host_difference
 from .experiment import Claim, Comparison
 from .claims import match_claims
-from .host import speed_difference
+from .host import recorded_host, speed_difference
 
 SCHEMA_VERSION = 1
 REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on
@@ -324,8 +324,7 @@ class ReferenceView:
         rdev = self.reference["device"]["name"]
         body = "".join(f"<tr><td style='text-align:left'>{a}</td><td>{b}</td><td>{c}</td></tr>"
                        for a, b, c in self.rows())
-        speed = speed_difference((self.mine.get("extra") or {}).get("host"),
-                                 (self.reference.get("extra") or {}).get("host"))
+        speed = speed_difference(recorded_host(self.mine), recorded_host(self.reference))
         hosts = " ".join(filter(None, [host_difference(self.mine["device"], self.reference["device"]),
                                        speed and speed[0].upper() + speed[1:] + "."]))
         return ((f"<p>{hosts}</p>" if hosts else "")

@@ -19,7 +19,7 @@ import torch
 from ..device import DeviceInfo, get_device, measure_peaks, synchronize
 from ..claims import Claim
 from ..experiment import Comparison, RunResult
-from ..host import launch_times_us
+from ..host import host_speed, launch_times_us
 from ..monitor import Monitor, Trace, watch
 from ..results import NotebookResult
 from ..timing import Measurement
@@ -159,9 +159,8 @@ def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False)
     bar = tqdm(total=4, desc="self-check", disable=not progress)
     bar.set_postfix_str("peaks")
     peaks = measure_peaks(device, size=1024 if smoke else None)
-    launch = host_launch_us(device, launches=200, rounds=3) if smoke else host_launch_us(device)
-    result.record("host", {"cpu": device.cpu, "cores": device.cpu_cores, "launch_us": launch.median * 1e6,
-                           "launch_us_rounds": [t * 1e6 for t in launch.times_s]})
+    result.record("host", host_speed(device, launches=200, rounds=3) if smoke else
+                  host_speed(device, launches=2000, rounds=5))
     bar.update()
     bar.set_postfix_str("monitor busy and idle")
     result.record("measured_peaks", peaks.to_dict())

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..claims import Claim, Estimate, agreement, count_verdicts, match_claims
 from ..device import host_difference
-from ..host import speed_difference
+from ..host import recorded_host, speed_difference
 from ..results import ResultError, load_result, write_text_atomic
 
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
@@ -206,15 +206,11 @@ def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> s
             label = mine.get("text", ident) + (f" (`{mine['key']}`)" if mine.get("key") else "")
             lines.append(f"| {nb} | {mark}{label}{mark} | {_verdict_and_value(mine)} | {_verdict_and_value(theirs)} |")
         hosts = [f"- {nb}: {line}" for nb in sorted({c[0] for c in r["changed"]})
-                 if (line := speed_difference(_host(results[nb]), _host(reference[nb])))]
+                 if (line := speed_difference(recorded_host(results[nb]), recorded_host(reference[nb])))]
         if hosts:  # launch-bound verdicts follow the host's speed: say how fast each run's host was
             lines += ["", "The host's speed during the notebooks whose verdicts differ (timed at each one's start "
                       "and end):", ""] + hosts
     return "\n".join(lines)
-
-
-def _host(data: dict) -> dict | None:
-    return (data.get("extra") or {}).get("host")
 
 
 def largest_gain(data: dict) -> dict | None:
