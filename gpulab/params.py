@@ -135,7 +135,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                          MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05), OPT_BATCH=_opt_int.sized(32, smoke=4),
                          OPT_GRAD_ACCUM=_opt_int.sized(2), OPT_WORKERS=integer(0, optional=True).sized(4, smoke=1),
                          OPT_COMPILE=optional_bool().sized(True, smoke=False), OPT_SECONDS=_opt_sec.sized(2.0, smoke=0.05),
-                         BURSTS=bursts().sized([(1, 9), (2, 38), (10, 40)]), BURST_SECONDS=_opt_sec.sized(2.0),
+                         BURSTS=bursts().sized([(1, 4), (2, 8), (10, 40)]), BURST_SECONDS=_opt_sec.sized(2.0),
                          COPY_MB=_opt_int.sized(1024, smoke=4)),
     "02_tensor_cores": dict(SMOKE=boolean(), SIZES=list_of(_int, optional=True).sized([256, 512, 1024, 2048, 4096, 8192],
                                                                                        smoke=[32, 64, 128]),
