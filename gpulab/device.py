@@ -41,6 +41,25 @@ def usable_cores() -> int:
     return max(1, n)
 
 
+def physical_cores(topology: Path = Path("/sys/devices/system/cpu")) -> int | None:
+    """Physical cores behind the CPUs this process may run on: hardware threads of one core (hyper-threads) count
+    once. None where the kernel does not expose the topology (not Linux, some containers).
+
+    Worker processes on two threads of one core share its execution units, so a host of 16 CPUs on 8 cores may
+    stop scaling past 8 busy processes."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    cores = set()
+    for cpu in cpus:
+        try:
+            cores.add((topology / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip())
+        except OSError:
+            return None
+    return len(cores) or None
+
+
 
 @dataclass(frozen=True)
 class PeakSpec:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .device import DeviceInfo, synchronize
+from .device import DeviceInfo, physical_cores, synchronize
 
 # Launch times further apart than this (as a ratio) are worth a sentence: run-to-run drift on one quiet host stays
 # within a few percent, while the hosts of the reference machines ranged from 6.2 to 9.5 µs.
@@ -39,13 +39,15 @@ def launch_times_us(device: DeviceInfo, *, launches: int = 2000, rounds: int = 5
 
 
 def host_speed(device: DeviceInfo, *, launches: int = 1000, rounds: int = 3) -> dict[str, Any] | None:
-    """The host's CPU and its launch time now: {"cpu", "cores", "launch_us" (median), "launch_us_rounds"}.
+    """The host's CPU and its launch time now: {"cpu", "cores", "physical_cores", "launch_us" (median),
+    "launch_us_rounds"}.
 
     None where this process cannot run an op on `device` (a GPU described, but no CUDA here)."""
     if device.torch_device.type == "cuda" and not torch.cuda.is_available():
         return None
     rounds_us = launch_times_us(device, launches=launches, rounds=rounds)
-    return {"cpu": device.cpu, "cores": device.cpu_cores, "launch_us": statistics.median(rounds_us),
+    return {"cpu": device.cpu, "cores": device.cpu_cores, "physical_cores": physical_cores(),
+            "launch_us": statistics.median(rounds_us),
             "launch_us_rounds": rounds_us}
 
 

@@ -75,3 +75,26 @@ def test_a_gpu_described_on_a_machine_without_cuda_records_no_host_speed(monkeyp
     les = gl.lesson("my_notebook", {}, full=dict(N=2), device=h100, show=False)
     assert "host" not in les.result.extra and "µs per" not in les._repr_html_()
     assert "host" not in json.loads(les.save().read_text())["extra"]
+
+
+def _topology(root, siblings):
+    for cpu, sib in enumerate(siblings):
+        d = root / f"cpu{cpu}" / "topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings_list").write_text(sib + "\n")
+    return root
+
+
+def test_physical_cores_count_two_threads_of_one_core_once(tmp_path, monkeypatch):
+    from gpulab.device import physical_cores
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert physical_cores(_topology(tmp_path / "ht", ["0,2", "1,3", "0,2", "1,3"])) == 2
+    assert physical_cores(_topology(tmp_path / "noht", ["0", "1", "2", "3"])) == 4
+    assert physical_cores(tmp_path / "missing") is None  # no topology exposed: unknown, not a guess
+
+
+def test_the_recorded_host_names_its_physical_cores(cpu_device, tmp_path, monkeypatch):
+    from gpulab.host import host_speed
+    monkeypatch.setattr("gpulab.host.physical_cores", lambda: 8)
+    host = host_speed(cpu_device, launches=10, rounds=1)
+    assert host["physical_cores"] == 8 and host["cores"] == cpu_device.cpu_cores
