@@ -60,7 +60,6 @@ def physical_cores(topology: Path = Path("/sys/devices/system/cpu")) -> int | No
     return len(cores) or None
 
 
-
 @dataclass(frozen=True)
 class PeakSpec:
     """Datasheet dense peaks of one GPU model: TFLOP/s per dtype and memory bandwidth in GB/s."""
