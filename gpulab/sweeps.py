@@ -280,6 +280,14 @@ def round_rise(low: Sequence[float | None], high: Sequence[float | None]) -> Est
     return Estimate.median_of(diffs) if len(diffs) >= 2 else None
 
 
+def round_gain(low: Sequence[float | None], high: Sequence[float | None]) -> Estimate | None:
+    """% more of a reading at `high` than at `low`, per round ((high / low - 1) * 100, the same round's two windows
+    from `utilization_rounds`), as the median of the rounds' gains with its order-statistic 95% interval. A round
+    where either window has no reading, or `low` reads 0, is left out; None with fewer than two rounds left."""
+    gains = [(h / lo - 1) * 100 for lo, h in zip(low, high) if lo is not None and h is not None and lo > 0]
+    return Estimate.median_of(gains) if len(gains) >= 2 else None
+
+
 def peak_memory_gb(fn: Callable[[], Any], device: Any = None) -> float | None:
     """Peak GPU memory allocated while `fn()` runs once, in GB (None off CUDA: no allocator to ask)."""
     dev = as_torch_device(device)

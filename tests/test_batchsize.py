@@ -198,3 +198,11 @@ def test_a_sweep_point_holds_the_drift_between_its_windows():
     assert rates[32].hi == pytest.approx(32 * 128 / 0.0195, rel=1e-3) and rates[32].value == drift[32].throughput
     s = sweet_spot([32, 64], rates, mem)
     assert (s.value, s.lo, s.hi) == (64, 32, 64)  # 32 could be the sweet spot: inconclusive against 24-48
+
+
+def test_the_relative_gain_is_judged_over_rounds_too():
+    from gpulab.sweeps import round_gain
+    # per round (high / low - 1) * 100: 25, 10, (no reading: left out), (low reads 0: left out), 0
+    est = round_gain([40, 50, None, 0, 45], [50, 55, 60, 30, 45])
+    assert est.value == pytest.approx(10) and (est.lo, est.hi) == pytest.approx((0, 25))
+    assert round_gain([40, None], [50, 55]) is None

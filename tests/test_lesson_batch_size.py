@@ -208,3 +208,13 @@ def test_utilization_8_64_stands_on_the_rounds_differences_where_they_ran(gpu_le
     assert (claim.measured, tuple(claim.interval)) == (36.0, (31.0, 44.0))
     assert claim.verdict == "inconclusive" and "median of 6 interleaved rounds' differences" in claim.note
     assert M.check_scaling(les, sw, util=util)[0].measured == pytest.approx(39)  # without rounds: the windows' means
+
+
+def test_utilization_8_12_stands_on_the_rounds_gains_where_they_ran(gpu_lesson):
+    les, sw = gpu_lesson, _sweep()
+    from_sweep = M.check_scaling(les, sw)[3]
+    assert "sweep points" in from_sweep.note and from_sweep.measured == pytest.approx((53 / 45 - 1) * 100)
+    paired = M.check_scaling(les, sw, util_gain_8_12=Estimate(26.0, 22.0, 31.0))[3]
+    assert (paired.measured, tuple(paired.interval)) == (26.0, (22.0, 31.0))
+    assert paired.verdict == "refuted" and "interleaved rounds' gains" in paired.note
+    assert "the sweep read NVML 45.0% -> 53.0%" in paired.note
