@@ -5,6 +5,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tqdm.auto import tqdm
+
 from . import checks
 from .claims import Claim, Estimate, as_number, median_interval
 from .text import pct, ratio as _ratio, si
@@ -379,7 +381,7 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                  min_time_s: float | None = None, monitor: bool = True, profile: bool = False,
                  device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None,
                  interleave: bool = True, rounds: int = 4, round_s: float | None = None, pipeline: bool = False,
-                 kind: str = "optimisation", peak_dtype: str | None = None) -> Comparison:
+                 kind: str = "optimisation", peak_dtype: str | None = None, progress: bool = True) -> Comparison:
     """Run `before` and `after` through the same harness and compare them.
 
     `flops`, `dtype` and `items` apply to both sides unless an `after_*` value is given (e.g. a bf16 after).
@@ -388,7 +390,8 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     speedup; the spread of the per-round ratios is the speedup's interval. `round_s` is each side's seconds per
     round (None: a quarter of `min_time_s`); a big matmul wants whole seconds, so that each round reads the
     sustained, power-limited clock rather than the burst after the other side's window.
-    `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches).
+    `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches). `progress` shows a
+    bar over the interleaved rounds (gone when they end).
     MFU uses one yardstick for both sides: when the two dtypes differ (FP32 -> BF16), both sides are measured
     against the after side's peak (or `peak_dtype`'s), so the MFU rises with the speedup; the table says which.
     With unequal work per call (`after_items`), the headline is the items/s ratio, not the time per call.
@@ -413,7 +416,7 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                 dtype=a_dtype, items=items if after_items is None else after_items, peak_dtype=peak_dtype, **common)
     if interleave and rounds:
         round_s = round_s or (min_time_s or default_min_time(device)) / 4
-        for i in range(rounds):
+        for i in tqdm(range(rounds), desc=f"{name}: interleaved rounds", leave=False, disable=not progress):
             sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
             for fn, run in sides:
                 extra = benchmark(fn, min_time_s=round_s, device=device.torch_device, **ROUND)

@@ -188,7 +188,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   before_label: str = "before", after_label: str = "after", rounds: int = 4,
                   flops: float | None = None, dtype: str | None = None, item_name: str = "samples",
                   min_time_s: float | None = None, device: Any = None, profile: bool = False,
-                  kind: str = "optimisation", window_s: float | None = None) -> Comparison:
+                  kind: str = "optimisation", window_s: float | None = None, progress: bool = True) -> Comparison:
     """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
     `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
     queue, so neither side counts batches its workers loaded while the other side ran. Both loaders stay alive,
@@ -198,7 +198,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     `Comparison.estimate()` pairs the windows (drift cancels in each pair's ratio); `Comparison.throughput_ratio()`
     sets the two sides' spreads against each other; neither uses the per-call median. `window_s`: each interleaved
     window's seconds (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of
-    `min_time_s` elsewhere)."""
+    `min_time_s` elsewhere). `progress` shows a bar over the interleaved rounds (gone when they end)."""
     dev = device if hasattr(device, "is_cuda") else get_device()
     _check_int("rounds", rounds, 0)
     checks.positive_float("window_s", window_s, allow_none=True)
@@ -211,7 +211,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
              id(a): list(a.measurement.meta["data_wait_s_per_batch"])}
     round_s = _feed_window_s(window_s, min_time_s, dev)
     last = (after, a.measurement)  # the side timed last, whose workers now refill its queue
-    for i in range(rounds):
+    for i in tqdm(range(rounds), desc=f"{name}: interleaved windows", leave=False, disable=not progress):
         sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
         for feed, run in sides:
             if last[0] is not feed:

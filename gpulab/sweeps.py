@@ -194,7 +194,7 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_l
 
 def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, rounds: int = 6, window_s: float = 0.5,
                        preroll_s: float = 0.2, seq_len: int, flops_per_sequence: float, dtype: str | None = None,
-                       device: Any = None, metric: str = "nvml_util"
+                       device: Any = None, metric: str = "nvml_util", progress: bool = True
                        ) -> tuple[list[dict[str, Any]], dict[int, RunResult], dict[int, list[float | None]]]:
     """The sizes' monitored windows in `rounds` interleaved rounds (the order reversed each round), each window
     `window_s` long: the utilization at each size per round, for a difference judged over rounds (`round_rise`).
@@ -207,7 +207,7 @@ def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, roun
     this size's work, not the other size's. Returns rows as `batch_sweep`'s (NVML and GPM: the mean over rounds;
     step time: over all rounds' steps), the RunResults with their step times merged, and per size the `metric`
     of each round (None where a window got no sample). A size that runs out of memory gets an oom row; the
-    rounds stop there.
+    rounds stop there. `progress` shows a bar over the rounds (gone when they end).
     """
     checks.positive_int("rounds", rounds)
     checks.positive_float("window_s", window_s)
@@ -221,7 +221,9 @@ def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, roun
     metrics: dict[int, dict[str, list[float]]] = {b: {} for b in sizes}
     peaks: dict[int, float | None] = {b: None for b in sizes}
     oom: dict[int, str] = {}
-    for i in range(rounds):
+    bar = tqdm(range(rounds), desc=f"batch {', '.join(map(str, sizes))}: interleaved rounds", leave=False,
+               disable=not progress)
+    for i in bar:
         for b in (sizes if i % 2 == 0 else sizes[::-1]):
             fn = (lambda b=b: step(b))
             if cuda:
@@ -256,6 +258,7 @@ def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, roun
                 runs[b] = run
         if oom:
             break
+    bar.close()  # also when out of memory ended the rounds early
     rows = []
     for b in sizes:
         run, mean = runs.get(b), (lambda m: statistics.fmean(metrics[b][m]) if metrics[b].get(m) else None)

@@ -165,3 +165,12 @@ def test_mfu_of_a_measured_peak_warns_only_beyond_its_own_noise():
     far = RunResult("b", Measurement("b", [1.0]), flops=120e12, measured_peak_tflops=100.0)
     with pytest.warns(UserWarning, match="above the measured peak"):
         assert far.mfu_measured_peak == pytest.approx(1.2)
+
+
+def test_before_after_shows_a_bar_over_its_rounds(cpu_device, capsys):
+    """A reader waits through the interleaved rounds: a progress bar names the comparison, unless turned off."""
+    kw = dict(min_time_s=0.01, rounds=2, monitor=False, device=cpu_device)
+    gl.before_after(lambda: None, lambda: None, name="two no-ops", **kw)
+    assert "two no-ops: interleaved rounds" in capsys.readouterr().err
+    gl.before_after(lambda: None, lambda: None, name="quiet no-ops", progress=False, **kw)
+    assert "quiet no-ops" not in capsys.readouterr().err
