@@ -14,7 +14,7 @@ from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchron
 from .flops import mfu as _mfu
 from .monitor import Monitor, Trace
 from .profiling import ProfileSummary, profile as _profile
-from .timing import ROUND, Measurement, Speedup, benchmark, fmt_time, speedup
+from .timing import ROUND, Measurement, Speedup, benchmark, fmt_time, speedup, time_calls
 
 __all__ = ["Claim", "Comparison", "RunResult", "before_after", "measure", "KINDS"]
 
@@ -380,7 +380,8 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                  items: float | None = None, after_items: float | None = None, item_name: str = "samples",
                  min_time_s: float | None = None, monitor: bool = True, profile: bool = False,
                  device: DeviceInfo | None = None, peaks: MeasuredPeaks | None = None,
-                 interleave: bool = True, rounds: int = 4, round_s: float | None = None, pipeline: bool = False,
+                 interleave: bool = True, rounds: int = 4, round_s: float | None = None,
+                 round_calls: int | None = None, pipeline: bool = False,
                  kind: str = "optimisation", peak_dtype: str | None = None, progress: bool = True) -> Comparison:
     """Run `before` and `after` through the same harness and compare them.
 
@@ -389,7 +390,10 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     timings, so that drift between the two windows (clocks, temperature, host load) does not read as a
     speedup; the spread of the per-round ratios is the speedup's interval. `round_s` is each side's seconds per
     round (None: a quarter of `min_time_s`); a big matmul wants whole seconds, so that each round reads the
-    sustained, power-limited clock rather than the burst after the other side's window.
+    sustained, power-limited clock rather than the burst after the other side's window. `round_calls` times
+    exactly that many calls per side and round instead, with no warm-up call (both sides are warm from their first
+    window): with 1, each pair of rounds is two neighbouring calls, so a host that changes speed every second or so
+    slows both sides of a pair alike instead of one.
     `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches). `progress` shows a
     bar over the interleaved rounds (gone when they end).
     MFU uses one yardstick for both sides: when the two dtypes differ (FP32 -> BF16), both sides are measured
@@ -405,6 +409,10 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
             raise ValueError(f"{pname}={v!r} must be a finite number > 0 (or None: same as the before side)")
     checks.positive_int("rounds", rounds, minimum=0)
     checks.positive_float("round_s", round_s, allow_none=True)
+    checks.positive_int("round_calls", round_calls, allow_none=True)
+    if round_s is not None and round_calls is not None:
+        raise ValueError(f"round_s={round_s!r} and round_calls={round_calls!r}: give one of them (seconds or calls "
+                         "per side and round), not both")
     device = device or get_device()
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)
@@ -419,7 +427,8 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
         for i in tqdm(range(rounds), desc=f"{name}: interleaved rounds", leave=False, disable=not progress):
             sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
             for fn, run in sides:
-                extra = benchmark(fn, min_time_s=round_s, device=device.torch_device, **ROUND)
+                extra = (time_calls(fn, round_calls, device=device.torch_device) if round_calls else
+                         benchmark(fn, min_time_s=round_s, device=device.torch_device, **ROUND))
                 run.measurement = run.measurement.merged(extra)
                 run.measurement.meta["interleaved_rounds"] = i + 1
     return Comparison(name=name, before=b, after=a, device=device.name, kind=kind)

@@ -246,6 +246,27 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
                     batched=use_events)
     per_call = max((clock() - t0) / warm, 1e-9)
     repeats = int(min(max_repeats, max(min_repeats, min_time_s / per_call)))
+    return _timed_window(fn, repeats, label=label or getattr(fn, "__name__", "fn"), use_events=use_events,
+                         clock=clock, warmup_calls=warm)
+
+
+def time_calls(fn: Callable[[], Any], calls: int, *, label: str = "", device: torch.device | str | None = None,
+               clock: Callable[[], float] | None = None) -> Measurement:
+    """Time exactly `calls` calls of a function that is already warm, with no warm-up call: one short round of an
+    interleaved comparison (`before_after(round_calls=...)`), so that the two sides' calls sit next to each other."""
+    check_timeable(fn)
+    checks.positive_int("calls", calls)
+    use_events = _on_cuda(device) and clock is None
+    return _timed_window(fn, calls, label=label or getattr(fn, "__name__", "fn"), use_events=use_events,
+                         clock=clock or time.perf_counter, warmup_calls=0)
+
+
+def _timed_window(fn: Callable[[], Any], repeats: int, *, label: str, use_events: bool,
+                  clock: Callable[[], float], warmup_calls: int) -> Measurement:
+    """`repeats` timed calls in one window: CUDA events per call on a GPU, else the host clock."""
+    def sync():
+        if use_events:
+            torch.cuda.synchronize()
 
     times: list[float] = []
     sync()
@@ -266,8 +287,8 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
             times.append(clock() - t)
     sync()
     window = (repeats, clock() - w0)
-    return Measurement(label=label or getattr(fn, "__name__", "fn"), times_s=times,
-                       timer="cuda events" if use_events else "perf_counter", warmup_calls=warm, windows=[window])
+    return Measurement(label=label, times_s=times, timer="cuda events" if use_events else "perf_counter",
+                       warmup_calls=warmup_calls, windows=[window])
 
 
 @dataclass

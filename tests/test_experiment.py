@@ -6,7 +6,7 @@ import torch
 
 import gpulab as gl
 from gpulab.experiment import Claim, Comparison, RunResult
-from gpulab.timing import Measurement
+from gpulab.timing import Measurement, time_calls
 
 
 def _run(label, times, flops=None, peak=None):
@@ -92,6 +92,37 @@ def test_before_after_rounds_last_round_s_each(cpu_device):
     calls = []
     with pytest.raises(ValueError, match="round_s"):
         gl.before_after(lambda: calls.append(1), lambda: calls.append(2), name="x", round_s=float("nan"))
+    assert not calls
+
+
+def test_round_calls_pairs_neighbouring_calls(cpu_device):
+    """`round_calls=1` times one call per side and round, with no warm-up call, alternating which side goes first
+    (before, after, after, before, ...): each pair of round medians is two neighbouring calls."""
+    order = []
+    cmp = gl.before_after(lambda: order.append("b"), lambda: order.append("a"), name="calls", min_time_s=0.01,
+                          rounds=4, round_calls=1, monitor=False, device=cpu_device)
+    assert order[-8:] == ["b", "a", "a", "b", "b", "a", "a", "b"]  # the rounds: no untimed call between them
+    for run in (cmp.before, cmp.after):
+        m = run.measurement
+        assert [n for n, _ in m.windows[-4:]] == [1, 1, 1, 1] and len(m.meta["round_medians"]) == 5
+        assert m.meta["round_medians"][1:] == m.times_s[-4:]
+
+
+def test_time_calls_times_exactly_its_calls():
+    ticks = iter(range(100))
+    m = time_calls(lambda: None, 3, label="three", clock=lambda: float(next(ticks)))
+    assert m.n == 3 and m.warmup_calls == 0 and m.windows == [(3, 7.0)] and m.label == "three"
+    with pytest.raises(ValueError, match="calls=0"):
+        time_calls(lambda: None, 0)
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(round_calls=0), "round_calls=0"),
+                                           (dict(round_calls=1.5), "round_calls=1.5"),
+                                           (dict(round_calls=2, round_s=0.1), "give one of them")])
+def test_round_calls_rejects_bad_input_before_running(kwargs, match):
+    calls = []
+    with pytest.raises(ValueError, match=match):
+        gl.before_after(lambda: calls.append(1), lambda: calls.append(2), name="x", **kwargs)
     assert not calls
 
 

@@ -257,3 +257,13 @@ def test_the_case_studys_45_to_8_ms_is_not_comparable_anywhere(gpu_lesson):
 def test_every_claim_quotes_the_guide():
     for spec in map(_as_spec, L.CLAIMS):  # verbatim in the guide: tests/test_technique_in_cells.py
         assert spec.quote and spec.source, spec.key
+
+
+def test_the_paired_worker_claims_keep_their_pairs():
+    """All against half decides three claims on a t-interval of 25 window pairs (nine pairs' median left them
+    undecided in one H100 run and refuted in the next); prefetch_factor's bar sits a point or two above its interval's
+    top, so it keeps 49 pairs."""
+    cells = (Path(__file__).parents[1] / "notebooks" / "05_data_overlap.ipynb").read_text()
+    assert "rounds=24 if lesson.gpu else 2))" in cells and "all_over_half = feeds.paired_ratio(cmp_workers)" in cells
+    assert "device=dev, rounds=48))" in cells and "pf_gain = feeds.paired_ratio(cmp_pf)" in cells
+    assert "t-interval" in L.PAIRED

@@ -16,7 +16,8 @@ from ..text import pct, si
 NO_GPU = "needs a CUDA GPU (here the model trains on the same CPU cores the workers use); see the reference run"
 SMOKE_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=False"
 PIPE = "samples over the windows' wall time (pipeline); interval from the windows' spread"
-PAIRED = "all cores' workers / half the cores', interleaved windows; 95% CI of the median window-pair ratio"
+PAIRED = ("all cores' workers / half the cores', interleaved windows; 95% t-interval of the window pairs' mean log "
+          "ratio")
 PAIRED_KNEE = "fewest workers within 5% of the best / cores; the sweep's spread, narrowed by the paired all/half ratio"
 GPU = ("cuda", "full")
 T54 = "guide §5.4 (its table: batch 32, pin_memory=True, 8 cores)"
