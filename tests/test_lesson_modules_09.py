@@ -112,3 +112,13 @@ def test_launch_bound_verdicts_stand_on_each_trackers_own_time(smoke_run):
     launch = data["extra"]["tracker_overhead"]["launch-bound loop"]
     assert guide["measured"] == pytest.approx(launch["guide_own_cost_pct"][2])
     assert len(launch["guide_own_s"]) == len(launch["rounds"]["off"])
+
+
+def test_the_guide_tracker_takes_enough_pairs_for_its_bar():
+    """H100 runs read the guide's tracker at 0.44-0.79% of the GPU-bound step against a 1% bar: 240 pairs of rounds
+    put the median's 95% interval between the 105th and the 136th sorted difference."""
+    from gpulab.claims import median_interval
+    from gpulab.params import SCHEMAS
+
+    n = SCHEMAS["09_profiling"]["OVERHEAD_ROUNDS"].size_for(False)
+    assert n >= 240 and median_interval([float(i) for i in range(n)]) == (104.0, 135.0)
