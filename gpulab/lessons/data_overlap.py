@@ -221,7 +221,7 @@ def check_data_wait(lesson: Any, wait_b: Estimate, wait_a: Estimate, w_fed: int)
 
 def check_prefetch_factor(lesson: Any, pf_gain: Estimate, w_fed: int) -> Claim:
     """`prefetch_factor=4` against 2 (002), on `feeds.paired_ratio` of the interleaved windows: a 95% t-interval
-    (from nine pairs in the notebook; from three it is wide, and their range would hold the median only 75% of the
+    (from 49 pairs in the notebook; from three it is wide, and their range would hold the median only 75% of the
     time)."""
     why = why_not(lesson)
     return lesson.untested("prefetch_factor", why) if why else lesson.check(
