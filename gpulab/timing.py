@@ -246,8 +246,7 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
                     batched=use_events)
     per_call = max((clock() - t0) / warm, 1e-9)
     repeats = int(min(max_repeats, max(min_repeats, min_time_s / per_call)))
-    return _timed_window(fn, repeats, label=label or getattr(fn, "__name__", "fn"), use_events=use_events,
-                         clock=clock, warmup_calls=warm)
+    return _timed_window(fn, repeats, label=label, use_events=use_events, clock=clock, warmup_calls=warm)
 
 
 def time_calls(fn: Callable[[], Any], calls: int, *, label: str = "", device: torch.device | str | None = None,
@@ -257,8 +256,8 @@ def time_calls(fn: Callable[[], Any], calls: int, *, label: str = "", device: to
     check_timeable(fn)
     checks.positive_int("calls", calls)
     use_events = _on_cuda(device) and clock is None
-    return _timed_window(fn, calls, label=label or getattr(fn, "__name__", "fn"), use_events=use_events,
-                         clock=clock or time.perf_counter, warmup_calls=0)
+    return _timed_window(fn, calls, label=label, use_events=use_events, clock=clock or time.perf_counter,
+                         warmup_calls=0)
 
 
 def _timed_window(fn: Callable[[], Any], repeats: int, *, label: str, use_events: bool,
@@ -287,8 +286,9 @@ def _timed_window(fn: Callable[[], Any], repeats: int, *, label: str, use_events
             times.append(clock() - t)
     sync()
     window = (repeats, clock() - w0)
-    return Measurement(label=label, times_s=times, timer="cuda events" if use_events else "perf_counter",
-                       warmup_calls=warmup_calls, windows=[window])
+    return Measurement(label=label or getattr(fn, "__name__", "fn"), times_s=times,
+                       timer="cuda events" if use_events else "perf_counter", warmup_calls=warmup_calls,
+                       windows=[window])
 
 
 @dataclass
