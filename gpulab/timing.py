@@ -234,10 +234,7 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
                          "repeats)")
     use_events = _on_cuda(device) and clock is None
     clock = clock or time.perf_counter
-
-    def sync():
-        if use_events:
-            torch.cuda.synchronize()
+    sync = _synchronizer(use_events)
 
     # Warm-up: at least two calls (first-call costs: module load, cuBLAS handles, compilation).
     sync()
@@ -260,13 +257,19 @@ def time_calls(fn: Callable[[], Any], calls: int, *, label: str = "", device: to
                          warmup_calls=0)
 
 
+def _synchronizer(use_events: bool) -> Callable[[], None]:
+    """The wait that ends a timed stretch: `torch.cuda.synchronize` where calls run on a CUDA device (they only
+    queue work), nothing on the CPU (they have finished when they return)."""
+    def sync() -> None:
+        if use_events:
+            torch.cuda.synchronize()
+    return sync
+
+
 def _timed_window(fn: Callable[[], Any], repeats: int, *, label: str, use_events: bool,
                   clock: Callable[[], float], warmup_calls: int) -> Measurement:
     """`repeats` timed calls in one window: CUDA events per call on a GPU, else the host clock."""
-    def sync():
-        if use_events:
-            torch.cuda.synchronize()
-
+    sync = _synchronizer(use_events)
     times: list[float] = []
     sync()
     w0 = clock()
