@@ -260,10 +260,7 @@ def time_calls(fn: Callable[[], Any], calls: int, *, label: str = "", device: to
 def _synchronizer(use_events: bool) -> Callable[[], None]:
     """The wait that ends a timed stretch: `torch.cuda.synchronize` where calls run on a CUDA device (they only
     queue work), nothing on the CPU (they have finished when they return)."""
-    def sync() -> None:
-        if use_events:
-            torch.cuda.synchronize()
-    return sync
+    return torch.cuda.synchronize if use_events else (lambda: None)
 
 
 def _timed_window(fn: Callable[[], Any], repeats: int, *, label: str, use_events: bool,

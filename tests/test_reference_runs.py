@@ -56,12 +56,12 @@ def test_the_second_h100_run_agrees_with_the_reference():
     """The course's bar for reproducible verdicts: the second run of the reference's commit gives the same verdict on
     at least 98% of the claims ("refuted higher" and "refuted lower" count as different), and no claim is
     confirmed in one run and refuted in the other."""
+    from gpulab.app.summary import collect
     from gpulab.claims import agreement
 
     def by_notebook(folder: Path) -> dict[str, list[dict]]:
-        return {p.stem: json.loads(p.read_text()).get("claims", []) for p in sorted(folder.glob("[0-9][0-9]_*.json"))}
+        return {nb: data.get("claims", []) for nb, data in collect(folder)[0].items()}
 
     r = agreement(by_notebook(H100), by_notebook(REFERENCE.parent / "repeats" / H100.name))
     assert r["claims"] >= 170 and r["share_same"] >= 0.98, r["changed"]
     assert not r["confirmed_vs_refuted"], r["confirmed_vs_refuted"]
-
