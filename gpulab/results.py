@@ -2,7 +2,8 @@
 
 Schema (version 1):
     {"schema": 1, "notebook": "01_measuring", "device": {...DeviceInfo...}, "smoke": bool, "created": iso-time,
-     "params": {...}, "experiments": [{"name", "before", "after", "speedup", "within_noise", "verdict", ...}],
+     "params": {...}, "wall_s": seconds the notebook ran,
+     "experiments": [{"name", "before", "after", "speedup", "within_noise", "verdict", "headline", ...}],
      "claims": [{"text", "expected", "measured", "verdict", ...}], "extra": {...}}
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import datetime as _dt
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,13 +144,22 @@ class NotebookResult:
         self.experiments: list[Comparison] = []
         self.claims: list[Claim] = []
         self.extra: dict[str, Any] = {}
+        self.headlines: set[str] = set()  # names of the experiments the page leads with
+        self._started = time.perf_counter()  # the notebook's wall time runs from here (its first cell)
 
-    def add(self, comparison: Comparison) -> Comparison:
-        """Record a before/after comparison; returns it for display."""
+    def add(self, comparison: Comparison, *, headline: bool = False) -> Comparison:
+        """Record a before/after comparison; `headline=True` puts it at the top of the page; returns it for display."""
         if not isinstance(comparison, Comparison):
             raise ValueError("comparison must be a Comparison (from before_after)")
         self.experiments = [c for c in self.experiments if c.name != comparison.name] + [comparison]
+        if headline:
+            self.headlines.add(comparison.name)
         return comparison
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds since this result was made (at the top of the notebook)."""
+        return time.perf_counter() - self._started
 
     def claim(self, claim: Claim) -> Claim:
         """Record a checked claim; returns it for display."""
@@ -167,7 +178,8 @@ class NotebookResult:
         """A JSON-ready dict: device, params, experiments, claims and extra tables."""
         return _clean({"schema": SCHEMA_VERSION, "notebook": self.notebook, "device": self.device.to_dict(),
                        "smoke": self.smoke, "commit": code_commit(), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                       "params": self.params, "params_given": self.params_given, "experiments": [c.to_dict() for c in self.experiments],
+                       "params": self.params, "params_given": self.params_given, "wall_s": round(self.wall_s, 1),
+                       "experiments": [dict(c.to_dict(), headline=c.name in self.headlines) for c in self.experiments],
                        "claims": [c.to_dict() for c in self.claims], "extra": self.extra})
 
     def path(self, root: Path | str | None = None) -> Path:
