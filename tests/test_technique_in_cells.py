@@ -37,6 +37,10 @@ REQUIRED = {
                       r"gl\.before_after\(", r"torch\.autocast\(", r"\.backward\(\)"],
 }
 MAX_LESSON_LINES = 3600
+# A line that writes PyTorch a reader would type (not an import): the share of cells holding one is the measure.
+PYTORCH_LINE = re.compile(r"\btorch\.|\bnn\.|\bF\.|\.backward\(|DataLoader\(|\.zero_grad\(|\bopt(imizer)?\.step\(|scaler\."
+                          r"|autocast|\.item\(\)|\.to\(|\.cuda\(\)|\.pin_memory\(|dist\.|fully_shard\(|DistributedDataParallel\(")
+MIN_SHARE_EACH, MIN_SHARE_ALL = 0.45, 0.60
 
 
 def code_cells(name: str) -> str:
@@ -146,3 +150,25 @@ def test_every_quote_stands_verbatim_in_the_document_it_names():
             assert squash(quote) in docs[doc], f"{module}: claim {key}'s quote is not in {doc}: {quote!r}"
         else:
             assert doc == "course", f"{module}: claim {key} names an unknown source {source!r}"
+
+
+def technique_cells(name: str) -> list[bool]:
+    """For each working code cell (not the parameters cell, not imports only): does it write PyTorch?"""
+    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    found = []
+    for c in nb["cells"]:
+        if c["cell_type"] != "code" or "parameters" in c["metadata"].get("tags", []):
+            continue
+        lines = [ln for ln in "".join(c["source"]).splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        code = [ln for ln in lines if not re.match(r"\s*(import|from)\s", ln)]
+        if code:
+            found.append(any(PYTORCH_LINE.search(ln) for ln in code))
+    return found
+
+
+def test_most_working_cells_write_pytorch():
+    shares = {name: technique_cells(name) for name in sorted(REQUIRED)}
+    low = {n: f"{sum(c)}/{len(c)}" for n, c in shares.items() if sum(c) < MIN_SHARE_EACH * len(c)}
+    assert not low, f"under {MIN_SHARE_EACH:.0%} of working code cells write PyTorch: {low}"
+    total = sum(sum(c) for c in shares.values()) / sum(len(c) for c in shares.values())
+    assert total >= MIN_SHARE_ALL, f"{total:.0%} of the course's working code cells write PyTorch (at least {MIN_SHARE_ALL:.0%})"
