@@ -42,14 +42,16 @@ def launch_bound(host_s_per_call: float, wall_s_per_call: float, *, on_device: b
     return wall_s_per_call < CPU_THROUGHPUT_BELOW_S
 
 
-def describe_mode(mode: str, calls_per_timing: int, timer: str) -> str:
-    """How a Measurement was timed, in words: "throughput: 1 event pair around 100 calls"."""
+def describe_mode(mode: str, calls_per_timing: int, timer: str, most: int | None = None) -> str:
+    """How a Measurement was timed, in words: "throughput: 1 event pair around 100 calls" (`most`: merged rounds
+    of different block sizes, "100-120 calls")."""
     pair = "event pair" if timer == "cuda events" else "clock pair"
     if mode == "throughput":
-        return f"throughput: 1 {pair} around {calls_per_timing} call{'s' if calls_per_timing != 1 else ''}"
+        n = f"{calls_per_timing}-{most}" if most and most != calls_per_timing else f"{calls_per_timing}"
+        return f"throughput: 1 {pair} around {n} call{'s' if n != '1' else ''}"
     if mode == "latency":
         return f"latency: {'events' if timer == 'cuda events' else 'clock'} around each call"
-    return mode
+    return "mixed: rounds timed in latency and throughput modes"
 
 
 def quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -105,7 +107,8 @@ class Measurement:
     def method(self) -> str:
         """How it was timed, in words: "throughput: 1 event pair around 100 calls" or "latency: events around
         each call"."""
-        return describe_mode(self.mode, self.calls_per_timing, self.timer)
+        lo, hi = self.meta.get("calls_per_timing_range", [self.calls_per_timing] * 2)
+        return describe_mode(self.mode, self.calls_per_timing, self.timer, most=hi)
 
     @cached_property
     def _quartiles(self) -> tuple[float, float, float]:
@@ -173,13 +176,16 @@ class Measurement:
         """A new Measurement holding both sets of timings and windows (self's label and timer)."""
         meta = dict(self.meta)
         meta["round_medians"] = (self.round_medians or [self.median]) + (other.round_medians or [other.median])
-        same = (self.mode, self.calls_per_timing) == (other.mode, other.calls_per_timing)
-        if not same:
+        same_mode = self.mode == other.mode
+        if not same_mode:
             meta["modes"] = sorted({self.method, other.method} | set(self.meta.get("modes", [])))
+        calls = (self.calls_per_timing, other.calls_per_timing, *self.meta.get("calls_per_timing_range", []))
+        if same_mode and min(calls) != max(calls):  # rounds of one mode sized apart: say the range
+            meta["calls_per_timing_range"] = [min(calls), max(calls)]
         return Measurement(label=self.label, times_s=self.times_s + other.times_s, timer=self.timer,
                            warmup_calls=self.warmup_calls, meta=meta, windows=self.windows + other.windows,
-                           mode=self.mode if self.mode == other.mode else "mixed",
-                           calls_per_timing=self.calls_per_timing if same else 1)
+                           mode=self.mode if same_mode else "mixed",
+                           calls_per_timing=min(calls) if same_mode else 1)
 
     def summary(self) -> dict[str, Any]:
         """Median, quartiles, IQR and count in ms, as a dict."""

@@ -290,3 +290,6 @@ def test_merging_two_modes_says_mixed():
     assert m.mode == "mixed" and len(m.meta["modes"]) == 2
     same = a.merged(Measurement("a", [0.9], mode="throughput", calls_per_timing=100))
     assert same.mode == "throughput" and same.calls_per_timing == 100
+    sized = a.merged(Measurement("a", [0.9], mode="throughput", calls_per_timing=120))  # rounds sized apart
+    assert sized.mode == "throughput" and sized.method == "throughput: 1 clock pair around 100-120 calls"
+    assert m.method.startswith("mixed")
