@@ -156,9 +156,9 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                       TRAIN_BATCH=_opt_int.sized(128, smoke=4), INFER_BATCH=_opt_int.sized(2),
                       INFER_SEQ=_opt_int.sized(128, smoke=32),
                       SWEEP_MODES=list_of(one_of(*COMPILE_MODES), optional=True).sized(
-                          ["default", "reduce-overhead", "max-autotune"]),
+                          ["default", "reduce-overhead", "max-autotune-no-cudagraphs"]),
                       TIME_BUDGET_S=_opt_sec.sized(270), MIN_TIME_S=_opt_sec.sized(0.25, smoke=0.05),
-                      TRAIN_MIN_TIME_S=_opt_sec.sized(3.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(6, smoke=3),
+                      TRAIN_MIN_TIME_S=_opt_sec.sized(2.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(6, smoke=3),
                       COMPILE_ALL=Param(lambda n, v: v if v is None else _bool(n, v), "True, False or None").sized(
                           True, smoke=False)),
     "04_sync_points": dict(SMOKE=boolean(),

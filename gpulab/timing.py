@@ -27,18 +27,22 @@ MODES = ("auto", "latency", "throughput")
 # A CUDA call is launch-bound when the host spends at least this share of the call's synchronized time issuing it:
 # the device then waits on the host, and what a loop of such calls achieves is the host's issue rate.
 LAUNCH_BOUND_HOST_SHARE = 0.5
+# ... and lasts under this: an event pair's few µs of host time are then over about 0.5% of the call. A longer call
+# that the host paces (a loop with a sync inside) is timed per call: the pair's cost vanishes beside it.
+LAUNCH_BOUND_BELOW_S = 1e-3
 # On the CPU every call is host time; below this a clock read per call (tens of ns) is a visible share of it.
 CPU_THROUGHPUT_BELOW_S = 50e-6
 THROUGHPUT_BLOCKS = 20  # timings (blocks of back-to-back calls) a throughput measurement aims for
 
 
 def launch_bound(host_s_per_call: float, wall_s_per_call: float, *, on_device: bool) -> bool:
-    """Whether a call is launch-bound: on a CUDA device, issuing it takes the host at least half its synchronized
-    time (the device waits on the host); on the CPU, where each call is host time, it lasts under 50 µs."""
+    """Whether a call is launch-bound: on a CUDA device, it lasts under 1 ms and issuing it takes the host at least
+    half that time (the device waits on the host); on the CPU, where each call is host time, it lasts under 50 µs."""
     if wall_s_per_call <= 0:
         return True
     if on_device:
-        return host_s_per_call >= LAUNCH_BOUND_HOST_SHARE * wall_s_per_call
+        return (wall_s_per_call < LAUNCH_BOUND_BELOW_S
+                and host_s_per_call >= LAUNCH_BOUND_HOST_SHARE * wall_s_per_call)
     return wall_s_per_call < CPU_THROUGHPUT_BELOW_S
 
 
@@ -282,8 +286,8 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
     `mode` says what is measured: "latency" times each call (a pair of CUDA events around every call on a CUDA
     device, launch included; `time.perf_counter` on the CPU); "throughput" times blocks of back-to-back calls, one
     event or clock pair around each block, and divides by the calls in it (at least `min_repeats` blocks, about
-    20); "auto" (default) takes throughput when the warm-up finds the call launch-bound (`launch_bound`: the host
-    spends at least half the call's time issuing it), latency otherwise. The Measurement records which
+    20); "auto" (default) takes throughput when the warm-up finds the call launch-bound (`launch_bound`: under 1 ms,
+    and the host spends at least half of it issuing the call), latency otherwise. The Measurement records which
     (`mode`, `method`). `clock` replaces the host clock (tests use a fake one). `min_warmup_calls` (default 2) is
     the least number of untimed calls; a further round of a function that is already warm (an interleaved round)
     can take 1, so that a half-second training step is not run seven times for a quarter-second window.

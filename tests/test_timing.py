@@ -221,6 +221,7 @@ def test_launch_bound_rule():
     assert launch_bound(9e-6, 10e-6, on_device=True)  # the host paces the device
     assert launch_bound(5e-6, 10e-6, on_device=True)  # half of it: the boundary counts as launch-bound
     assert not launch_bound(10e-6, 1.4e-3, on_device=True)  # a large matmul: the device paces
+    assert not launch_bound(75e-3, 75e-3, on_device=True)  # eight steps with a sync each: long, timed per call
     assert launch_bound(2e-6, 2e-6, on_device=False)  # CPU: a 2 µs call, where a clock read per call shows
     assert not launch_bound(1e-3, 1e-3, on_device=False)
 
