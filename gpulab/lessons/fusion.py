@@ -20,7 +20,7 @@ from ..device import synchronize
 from ..text import plural, si, sig
 
 __all__ = ["CLAIMS", "TRAIN_NAME", "INFER_NAME", "Traffic", "eager_traffic", "FirstCall", "first_call",
-           "mode_speed_ratio", "compile_time_ratio", "compiled_label", "with_mode", "AUTOTUNE_MODE", "autotune_rows", "bandwidth_figure", "mfu_figure", "modes_figure", "gelu_panel"]
+           "mode_speed_ratio", "compile_time_ratio", "compiled_label", "with_mode", "AUTOTUNE_MODE", "autotune_rows", "modes_table_html", "default_vs_eager", "bandwidth_figure", "mfu_figure", "modes_figure", "gelu_panel"]
 
 TRAIN_NAME = "GPT training step: eager vs torch.compile"  # experiment names: the reference runs' keys
 INFER_NAME = "small-batch GPT forward: eager vs CUDA graph"
@@ -240,6 +240,24 @@ def compile_time_ratio(a: dict[str, Any], b: dict[str, Any], spread: float = 1.5
     host load): the interval lets each be off by a factor `spread`, so the ratio by up to `spread` squared."""
     value = a["compile_s"] / b["compile_s"]
     return Estimate(value, value / spread**2, value * spread**2)
+
+
+def default_vs_eager(default_row: dict[str, Any], eager_s: float) -> str:
+    """One line: compiled default's time per call against eager's, and which is faster."""
+    r = default_row["median_s"] / eager_s
+    return (f"compiled default: {si(default_row['median_s'], 's')} per forward against eager {si(eager_s, 's')}: "
+            + (f"{sig(r)}x slower than eager" if r > 1 else f"{sig(1 / r)}x faster than eager"))
+
+
+def modes_table_html(sweep: Sequence[dict[str, Any]]) -> str:
+    """The compile-modes sweep as a table: compile time, time per forward, kernels, GPU busy, how it was timed."""
+    from ..text import pct
+
+    rows = "".join(f"<tr><td>{m['mode']}</td><td>{si(m.get('compile_s'), 's')}</td><td>{si(m.get('median_s'), 's')}"
+                   f"</td><td>{sig(m.get('kernels_per_call'))}</td><td>{pct(m.get('busy_fraction'))}</td>"
+                   f"<td style='text-align:left'>{m['reason'] or m.get('timing', '')}</td></tr>" for m in sweep)
+    return ("<table><tr><th>mode</th><th>compile (first call)</th><th>per forward</th><th>kernels/call</th>"
+            f"<th>GPU busy</th><th>note</th></tr>{rows}</table>") if rows else ""
 
 
 # ---------------------------------------------------------------- figures and the widget
