@@ -32,6 +32,7 @@ LAUNCH_BOUND_HOST_SHARE = 0.5
 LAUNCH_BOUND_BELOW_S = 1e-3
 # On the CPU every call is host time; below this a clock read per call (tens of ns) is a visible share of it.
 CPU_THROUGHPUT_BELOW_S = 50e-6
+PROBE_CALLS = 16  # back-to-back calls that decide "auto" when the warm-up's last batch was shorter
 THROUGHPUT_BLOCKS = 20  # timings (blocks of back-to-back calls) a throughput measurement aims for
 
 
@@ -277,6 +278,19 @@ def _warm_up(fn: Callable[[], Any], sync: Callable[[], Any], clock: Callable[[],
         batch = warm if batched else 1
 
 
+def _probe(fn: Callable[[], Any], sync: Callable[[], Any], clock: Callable[[], float],
+           calls: int = PROBE_CALLS) -> tuple[int, float, float]:
+    """(calls, host seconds issuing them, seconds until they had finished) of `calls` back-to-back calls: one
+    synchronize's own cost (tens of µs) would make a single launch-bound call look device-bound."""
+    sync()
+    b0 = clock()
+    for _ in range(calls):
+        fn()
+    issued = clock()
+    sync()
+    return calls, issued - b0, clock() - b0
+
+
 def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5, warmup_s: float = 0.1,
               min_repeats: int = 5, max_repeats: int = 10_000, device: torch.device | str | None = None,
               clock: Callable[[], float] | None = None, min_warmup_calls: int = 2,
@@ -321,6 +335,9 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
                                           max_calls=max_repeats, batched=use_events)
     per_call = max((clock() - t0) / warm, 1e-9)
     calls = int(min(max_repeats, max(min_repeats, min_time_s / per_call)))
+    if mode == "auto" and use_events and last < PROBE_CALLS and wall_s / last < LAUNCH_BOUND_BELOW_S:
+        last, host_s, wall_s = _probe(fn, sync, clock)
+        warm += last
     bound = launch_bound(host_s / last, wall_s / last, on_device=use_events or _on_cuda(device))
     chosen = mode if mode != "auto" else ("throughput" if bound else "latency")
     why = {"host_s_per_call": host_s / last, "wall_s_per_call": wall_s / last, "launch_bound": bound,

@@ -215,6 +215,21 @@ def test_the_warm_up_tells_a_launch_bound_call_from_a_device_bound_one():
         assert launch_bound(host_s / last, wall_s / last, on_device=True) is bound
 
 
+def test_a_single_warm_up_call_is_not_enough_to_decide():
+    """One launch-bound call plus a synchronize's own 20 µs looks device-bound; 16 back-to-back calls do not."""
+    from gpulab.timing import _probe, launch_bound
+
+    clock, op, sync = _fake_gpu(8e-6, 2e-6)
+    slow_sync = lambda: (sync(), setattr(clock, "t", clock.t + 20e-6))  # noqa: E731
+    b0 = clock()
+    op()
+    issued = clock()
+    slow_sync()
+    assert not launch_bound(issued - b0, clock() - b0, on_device=True)
+    n, host_s, wall_s = _probe(op, slow_sync, clock)
+    assert n == 16 and launch_bound(host_s / n, wall_s / n, on_device=True)
+
+
 def test_launch_bound_rule():
     from gpulab.timing import launch_bound
 
