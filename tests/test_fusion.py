@@ -60,7 +60,7 @@ def test_sizes_come_from_the_schema_and_a_readers_value_wins(cpu_device):
     assert ns["TRAIN_BATCH"] == 16 and les.result.params_given == ["TRAIN_BATCH"]
     assert ns["ELEMENTWISE_NUMEL"] == 1 << 18 and ns["MIN_TIME_S"] == 0.05 and ns["TRAIN_ROUNDS"] == 3
     assert ns["MODEL"]["n_layer"] == 2
-    assert ns["COMPILE_ALL"] is False  # a CPU smoke run compiles only the GELU unless the reader asks for more
+    assert ns["COMPILE_ALL"] is False  # a CPU smoke run compiles the GELU and the training step, the rest on request
 
 
 def test_section_4_model_gives_max_autotune_one_shape_less_to_tune():

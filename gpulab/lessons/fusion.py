@@ -368,9 +368,9 @@ def modes_figure(cmp_graph: Any, sweep: Sequence[dict[str, Any]], ref: dict[str,
 
 
 def gelu_panel(gelu: Callable[[torch.Tensor], torch.Tensor], compiled: Callable | None, device: Any,
-               min_time_s: float | None, small: bool) -> Any:
-    """A control that times the eager GELU chain against a fused one (the compiled GELU, or F.gelu) at a size the
-    reader picks; each new size is a recompile for torch.compile."""
+               min_time_s: float | None, small: bool, compiled_as: str = "torch.compile") -> Any:
+    """A control that times the eager GELU chain against a fused one (the compiled GELU, labelled `compiled_as`, or
+    F.gelu) at a size the reader picks; each new size is a recompile for torch.compile."""
     import torch.nn.functional as F
 
     from ..display.widgets import control_panel
@@ -378,10 +378,10 @@ def gelu_panel(gelu: Callable[[torch.Tensor], torch.Tensor], compiled: Callable 
 
     def gelu_at(elements: int, fused: str) -> Any:
         t = torch.randn(int(elements), device=device)
-        after = (lambda: compiled(t)) if fused == "torch.compile" and compiled is not None else \
+        after = (lambda: compiled(t)) if fused == compiled_as and compiled is not None else \
             (lambda: F.gelu(t, approximate="tanh"))
         return before_after(lambda: gelu(t), after, name=f"GELU, {si(int(elements))} elements",
                             before_label="eager chain", after_label=fused, min_time_s=min_time_s or 0.3, monitor=False)
 
     sizes = [1 << 12, 1 << 16, 1 << 20] + ([] if small else [1 << 24, 1 << 26])
-    return control_panel(gelu_at, elements=sizes, fused=["torch.compile", "F.gelu"])
+    return control_panel(gelu_at, elements=sizes, fused=[compiled_as, "F.gelu"])
