@@ -156,9 +156,9 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                       TRAIN_BATCH=_opt_int.sized(128, smoke=4), INFER_BATCH=_opt_int.sized(2),
                       INFER_SEQ=_opt_int.sized(128, smoke=32),
                       SWEEP_MODES=list_of(one_of(*COMPILE_MODES), optional=True).sized(
-                          ["default", "reduce-overhead", "max-autotune"]),
+                          ["default", "reduce-overhead", "max-autotune-no-cudagraphs"]),
                       TIME_BUDGET_S=_opt_sec.sized(270), MIN_TIME_S=_opt_sec.sized(0.25, smoke=0.05),
-                      TRAIN_MIN_TIME_S=_opt_sec.sized(3.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(6, smoke=3),
+                      TRAIN_MIN_TIME_S=_opt_sec.sized(2.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(6, smoke=3),
                       COMPILE_ALL=Param(lambda n, v: v if v is None else _bool(n, v), "True, False or None").sized(
                           True, smoke=False)),
     "04_sync_points": dict(SMOKE=boolean(),
@@ -170,7 +170,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                            COPY_MB=_opt_int.sized(256, smoke=16), OVERLAP_CHUNKS=_opt_int.sized(8, smoke=4),
                            OVERLAP_CHUNK_MB=_opt_int.sized(64, smoke=8), MIN_TIME_S=_opt_sec.sized(None, smoke=0.05),
                            LOOP_MIN_TIME_S=_opt_sec.sized(1.5, smoke=0.05), LOOP_ROUNDS=_opt_int.sized(24, smoke=3),
-                           TRAIN_MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(128, smoke=3),
+                           TRAIN_MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(96, smoke=3),
                            QUEUED_MS=number(optional=True).sized(20, smoke=2)),
     "05_data_overlap": dict(SMOKE=boolean(), N_IMAGES=_opt_int.sized(2048, smoke=48),
                             IMAGE_SIZE=integer(8, optional=True).sized(128, smoke=32),

@@ -60,7 +60,7 @@ def test_sizes_come_from_the_schema_and_a_readers_value_wins(cpu_device):
     assert ns["TRAIN_BATCH"] == 16 and les.result.params_given == ["TRAIN_BATCH"]
     assert ns["ELEMENTWISE_NUMEL"] == 1 << 18 and ns["MIN_TIME_S"] == 0.05 and ns["TRAIN_ROUNDS"] == 3
     assert ns["MODEL"]["n_layer"] == 2
-    assert ns["COMPILE_ALL"] is False  # a CPU smoke run compiles only the GELU unless the reader asks for more
+    assert ns["COMPILE_ALL"] is False  # a CPU smoke run compiles the GELU and the training step, the rest on request
 
 
 def test_section_4_model_gives_max_autotune_one_shape_less_to_tune():
@@ -113,3 +113,17 @@ def test_no_compiler_is_said_not_raised(monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     ok, why = compiler.compiler_available("cpu")
     assert not ok and "no C++ compiler" in why
+
+
+def test_autotuning_is_judged_without_cuda_graphs():
+    row = lambda s: dict(median_s=s, q1_s=s, q3_s=s, compile_s=10 * s)  # noqa: E731
+    d, t, why = F3.autotune_rows({"default": row(1.0), "max-autotune-no-cudagraphs": row(0.9), "max-autotune": row(0.3)})
+    assert t["median_s"] == 0.9 and d["median_s"] == 1.0 and not why  # the graphs' 3x is not autotuning's
+    d, t, why = F3.autotune_rows({"default": row(1.0), "max-autotune": row(0.3)})
+    assert t is None and why.startswith("not tested: this run measures max-autotune")
+    assert "slower than eager" in F3.default_vs_eager(row(0.897e-3), 0.801e-3)
+    assert "faster than eager" in F3.default_vs_eager(row(0.5e-3), 0.801e-3)
+    assert F3.with_mode(F3.TRAIN_NAME, "max-autotune").endswith("(mode=max-autotune)")
+    assert F3.compiled_label("reduce-overhead") == "torch.compile (mode=reduce-overhead)"
+    assert "throughput" in F3.modes_table_html([dict(row(1e-3), mode="default", ok=True, reason="",
+                                                     timing="throughput: 1 event pair around 100 calls")])

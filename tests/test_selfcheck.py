@@ -30,6 +30,12 @@ def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
     assert [c["text"] for c in saved["claims"]] == [c.text for c in result.claims]
     host = saved["extra"]["host"]  # the host's speed, reported beside the claims (launch-bound work runs at it)
     assert host["cpu"] and host["launch_us"] > 0 and len(host["launch_us_rounds"]) == 3
+    agree = saved["extra"]["timer_agreement"]  # gpulab against torch.utils.benchmark, three kinds of call
+    assert set(agree) == {"tiny_add", "matmul", "gelu"}
+    for t in agree.values():
+        assert t["ratio"] == pytest.approx(t["gpulab_s"] / t["torch_s"]) and t["ratio"] > 0
+        assert t["gpulab_mode"].startswith(("latency:", "throughput:"))
+    assert agree["tiny_add"]["gpulab_mode"].startswith("throughput: 1 ")  # launch-bound: one pair around a block
 
 
 def test_host_launch_time_is_per_op_and_rejects_bad_counts():

@@ -183,6 +183,129 @@ def test_a_gpu_warm_up_of_a_slow_op_does_not_queue_a_thousand_calls():
         clock.t += sum(queued)
         queued.clear()
 
-    warm = _warm_up(op, sync, clock, clock(), min_calls=2, warmup_s=0.1, max_calls=10_000, batched=True)
+    warm, last, host_s, wall_s = _warm_up(op, sync, clock, clock(), min_calls=2, warmup_s=0.1, max_calls=10_000,
+                                          batched=True)
     assert warm == len(launched) == 8 and 0.1 <= clock.t < 0.2  # batches of 2, 2, 4
-    assert _warm_up(op, sync, clock, clock(), min_calls=1, warmup_s=0.0, max_calls=10_000, batched=True) == 1
+    assert last == 4 and host_s == pytest.approx(4 * 50e-6) and wall_s == pytest.approx(4 * (50e-6 + 0.02))
+    assert _warm_up(op, sync, clock, clock(), min_calls=1, warmup_s=0.0, max_calls=10_000, batched=True)[0] == 1
+
+
+def _fake_gpu(launch_s: float, kernel_s: float):
+    """A fake clock, op and synchronize for a GPU whose kernels take `kernel_s` and cost the host `launch_s` each:
+    the device runs a kernel once it is launched and the previous one is done."""
+    clock = FakeClock()
+    state = {"device_free_at": 0.0}
+
+    def op():
+        clock.t += launch_s
+        state["device_free_at"] = max(state["device_free_at"], clock.t) + kernel_s
+
+    def sync():
+        clock.t = max(clock.t, state["device_free_at"])
+    return clock, op, sync
+
+
+def test_the_warm_up_tells_a_launch_bound_call_from_a_device_bound_one():
+    from gpulab.timing import _warm_up, launch_bound
+
+    for launch_s, kernel_s, bound in ((8e-6, 2e-6, True), (10e-6, 1.4e-3, False)):
+        clock, op, sync = _fake_gpu(launch_s, kernel_s)
+        warm, last, host_s, wall_s = _warm_up(op, sync, clock, clock(), min_calls=2, warmup_s=0.01,
+                                              max_calls=100_000, batched=True)
+        assert launch_bound(host_s / last, wall_s / last, on_device=True) is bound
+
+
+def test_a_single_warm_up_call_is_not_enough_to_decide():
+    """One launch-bound call plus a synchronize's own 20 µs looks device-bound; 16 back-to-back calls do not."""
+    from gpulab.timing import _probe, launch_bound
+
+    clock, op, sync = _fake_gpu(8e-6, 2e-6)
+    slow_sync = lambda: (sync(), setattr(clock, "t", clock.t + 20e-6))  # noqa: E731
+    b0 = clock()
+    op()
+    issued = clock()
+    slow_sync()
+    assert not launch_bound(issued - b0, clock() - b0, on_device=True)
+    n, host_s, wall_s = _probe(op, slow_sync, clock)
+    assert n == 16 and launch_bound(host_s / n, wall_s / n, on_device=True)
+
+
+def test_launch_bound_rule():
+    from gpulab.timing import launch_bound
+
+    assert launch_bound(9e-6, 10e-6, on_device=True)  # the host paces the device
+    assert launch_bound(5e-6, 10e-6, on_device=True)  # half of it: the boundary counts as launch-bound
+    assert not launch_bound(10e-6, 1.4e-3, on_device=True)  # a large matmul: the device paces
+    assert not launch_bound(75e-3, 75e-3, on_device=True)  # eight steps with a sync each: long, timed per call
+    assert launch_bound(2e-6, 2e-6, on_device=False)  # CPU: a 2 µs call, where a clock read per call shows
+    assert not launch_bound(1e-3, 1e-3, on_device=False)
+
+
+def test_auto_times_a_fast_call_as_throughput_and_says_so():
+    clock = FakeClock()
+
+    def fast():
+        clock.t += 2e-6
+
+    m = benchmark(fast, min_time_s=0.01, warmup_s=0.001, clock=clock)
+    assert m.mode == "throughput" and m.calls_per_timing > 1 and m.meta["launch_bound"] is True
+    assert m.median == pytest.approx(2e-6) and m.n >= 5
+    assert m.method == f"throughput: 1 clock pair around {m.calls_per_timing} calls"
+    assert m.method in repr(m) and m.method in m._repr_html_()
+    assert sum(n for n, _ in m.windows) == m.n * m.calls_per_timing  # the window counts every call
+    d = m.to_dict()
+    assert d["mode"] == "throughput" and d["summary"]["method"] == m.method
+    back = type(m).from_dict(d)
+    assert (back.mode, back.calls_per_timing) == (m.mode, m.calls_per_timing)
+
+
+def test_auto_times_a_slow_call_per_call_and_each_mode_can_be_forced():
+    clock = FakeClock()
+
+    def slow():
+        clock.t += 0.01
+
+    m = benchmark(slow, min_time_s=0.1, warmup_s=0.02, clock=clock)
+    assert m.mode == "latency" and m.calls_per_timing == 1 and m.n == 10
+    assert m.method == "latency: clock around each call"
+    t = benchmark(slow, min_time_s=0.1, warmup_s=0.02, clock=clock, mode="throughput", min_repeats=5)
+    assert t.mode == "throughput" and t.n >= 5 and t.median == pytest.approx(0.01)
+    assert t.meta["mode_asked"] == "throughput"
+
+    def fast():
+        clock.t += 2e-6
+
+    lat = benchmark(fast, min_time_s=0.01, warmup_s=0.001, clock=clock, mode="latency", max_repeats=20_000)
+    assert lat.mode == "latency" and lat.calls_per_timing == 1 and lat.median == pytest.approx(2e-6)
+
+
+def test_throughput_blocks_respect_min_repeats_and_max_repeats():
+    clock = FakeClock()
+
+    def fast():
+        clock.t += 1e-6
+
+    m = benchmark(fast, min_time_s=1.0, warmup_s=0.0, clock=clock, mode="throughput", max_repeats=1000,
+                  min_repeats=5)
+    assert m.n * m.calls_per_timing <= 1000 and m.n >= 5
+    few = benchmark(fast, min_time_s=1e-5, warmup_s=0.0, clock=clock, mode="throughput", min_repeats=3)
+    assert few.n >= 3 and few.calls_per_timing >= 1
+
+
+def test_bad_mode_is_refused_by_name():
+    with pytest.raises(ValueError, match="mode='fast'.*'auto', 'latency', 'throughput'"):
+        benchmark(lambda: None, mode="fast")
+    with pytest.raises(ValueError, match="calls_per_timing"):
+        Measurement("x", [1.0], calls_per_timing=0)
+
+
+def test_merging_two_modes_says_mixed():
+    a = Measurement("a", [1.0, 1.1], mode="throughput", calls_per_timing=100)
+    b = Measurement("a", [1.0, 1.2])
+    m = a.merged(b)
+    assert m.mode == "mixed" and len(m.meta["modes"]) == 2
+    same = a.merged(Measurement("a", [0.9], mode="throughput", calls_per_timing=100))
+    assert same.mode == "throughput" and same.calls_per_timing == 100
+    sized = a.merged(Measurement("a", [0.9], mode="throughput", calls_per_timing=120))  # rounds sized apart
+    assert sized.mode == "throughput" and sized.method == "throughput: 1 clock pair around 100-120 calls"
+    assert m.method.startswith("mixed")

@@ -7,6 +7,8 @@ without a claim: launch-bound loops and data loading run at the host's speed, no
 2. the monitor around about 2 s of large BF16 matmuls (NVML busy and GPM tensor activity should be high),
 3. the monitor around 1 s of idle, 1.5 s after the busy window (both should be near zero),
 4. how much the monitor slows a small training loop, with it on and off in alternating blocks of one run.
+It also times three calls with gpulab and with torch.utils.benchmark's blocked_autorange (a tiny launch-bound
+kernel, a large matmul, an elementwise kernel) and records the three ratios as `timer_agreement`.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from ..experiment import Comparison, RunResult
 from ..host import host_speed, launch_times_us
 from ..monitor import Monitor, Trace, watch
 from ..results import NotebookResult
-from ..timing import Measurement
+from ..timing import Measurement, benchmark
 
 
 def _matmul_window(device: DeviceInfo, seconds: float, n: int) -> Trace:
@@ -147,16 +149,46 @@ def host_launch_us(device: DeviceInfo, *, launches: int = 2000, rounds: int = 5)
                        [t / 1e6 for t in launch_times_us(device, launches=launches, rounds=rounds)])
 
 
+def timer_workloads(device: DeviceInfo, *, small: bool) -> dict[str, tuple[str, Any]]:
+    """The three calls both timers time: (what it is, the call). Full sizes on a GPU; small ones on a CPU."""
+    dev = device.torch_device
+    tiny = torch.zeros(64, 64, device=dev)
+    n = 1024 if small or not device.is_cuda else 8192
+    dtype = torch.bfloat16 if device.is_cuda else torch.float32
+    a, b = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(2))
+    numel = (1 << 20) if small or not device.is_cuda else (1 << 28)
+    x = torch.randn(numel, device=dev)
+    return {"tiny_add": ("in-place add on 64x64 (launch-bound)", lambda: tiny.add_(1.0)),
+            "matmul": (f"{n}-cubed {str(dtype).removeprefix('torch.')} matmul", lambda: a @ b),
+            "gelu": (f"GELU over {numel:,} floats", lambda: torch.nn.functional.gelu(x))}
+
+
+def timer_agreement(device: DeviceInfo, *, small: bool = False, min_time_s: float = 1.0) -> dict[str, Any]:
+    """gpulab's median over torch.utils.benchmark.Timer.blocked_autorange's, for each of `timer_workloads`, with
+    the mode gpulab chose; a ratio of 1 is agreement (the goal: within 3% on a GPU)."""
+    from torch.utils import benchmark as tb
+
+    out: dict[str, Any] = {}
+    for key, (what, fn) in timer_workloads(device, small=small).items():
+        ours = benchmark(fn, label=key, min_time_s=min_time_s, device=device.torch_device)
+        theirs = tb.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()  # its default is 1
+                          ).blocked_autorange(min_run_time=min_time_s)
+        out[key] = {"what": what, "gpulab_s": ours.median, "torch_s": theirs.median,
+                    "ratio": ours.median / theirs.median, "gpulab_mode": ours.method}
+        synchronize()
+    return out
+
+
 def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False) -> NotebookResult:
     """Run the self-check and return (and by default save) its result as 00_device.json.
 
-    `progress` shows a bar over its four stages (the full sizes take minutes on a CPU).
+    `progress` shows a bar over its five stages (the full sizes take minutes on a CPU).
     """
     from tqdm.auto import tqdm
 
     device = get_device()
     result = NotebookResult("00_device", smoke=smoke, device=device)
-    bar = tqdm(total=4, desc="self-check", disable=not progress)
+    bar = tqdm(total=5, desc="self-check", disable=not progress)
     bar.set_postfix_str("peaks")
     peaks = measure_peaks(device, size=1024 if smoke else None)
     result.record("host", host_speed(device, launches=200, rounds=3) if smoke else
@@ -180,6 +212,9 @@ def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False)
                      notes=[f"on/off time ratio {ratio:.4f} (medians of {on.n} alternating blocks)"])
     result.add(cmp)
     result.record("monitor_overhead_ratio", ratio)
+    bar.update()
+    bar.set_postfix_str("timer agreement")
+    result.record("timer_agreement", timer_agreement(device, small=smoke, min_time_s=0.05 if smoke else 1.0))
     bar.update()
     bar.set_postfix_str("verdicts")
 
@@ -216,6 +251,9 @@ def print_check(result: NotebookResult) -> None:
     if host:
         print(f"{'host':>12}  {host['cpu']}, {host['cores']} cores: {host['launch_us']:.3g} µs per eager op "
               f"(one-element add; median of {len(host['launch_us_rounds'])} rounds)")
+    for key, t in (result.extra.get("timer_agreement") or {}).items():
+        print(f"{'timer':>12}  {t['what']}: gpulab / torch.utils.benchmark {t['ratio']:.3f} "
+              f"({t['gpulab_s'] * 1e6:.4g} vs {t['torch_s'] * 1e6:.4g} µs; gpulab's {t['gpulab_mode']})")
     off_on = result.extra.get("monitor_overhead_ratio")
     if off_on:
         print(f"            monitor on/off time ratio {off_on:.4f}")
