@@ -1,6 +1,7 @@
 """What a reader sees on a page: the claims table grouped and keyed, the device table folded once, and exported
 HTML without noise (frozen progress bars, widget reprs, warnings, absolute paths, raw dicts) opened by a key
 results box."""
+import html
 import os
 import re
 from pathlib import Path
@@ -215,3 +216,33 @@ def test_widgets_vanish_from_a_static_page():
         _bar("HBox(children=(Button(description='run'),))"),
         nbformat.v4.new_output("stream", name="stdout", text="step 1/3\rstep 2/3\rstep 3/3 done\n")])
     assert len(outs) == 1 and outs[0]["text"] == "step 3/3 done\n"  # bars and the button: no kernel to draw them
+
+
+@pytest.mark.notebook
+def test_an_exported_smoke_page_opens_with_its_results_and_folds_its_claims(smoke_run, tmp_path):
+    """01 at smoke size, exported as the course exports a run: no injected parameters cell, no widget, no section
+    left empty, the key results box under the title led by the headline, the claims table folded."""
+    pytest.importorskip("nbconvert")
+    import json
+
+    data, executed = smoke_run("01_measuring")
+    ipynb = tmp_path / "01_measuring.ipynb"
+    ipynb.write_text(json.dumps(executed))
+    page = html_export.export_html(ipynb, tmp_path / "page.html", result=data).read_text()
+    assert noise(page) == [], noise(page)
+    assert "celltag_injected-parameters" not in page and "interactive control" not in page
+    nb = nbformat.reads(json.dumps(executed), as_version=4)
+    html_export.clean_notebook(nb)
+    levels = [html_export._heading(c) for c in nb.cells]
+    for i, level in enumerate(levels):  # every heading has prose or a cell under it
+        if level and not html_export._prose(nb.cells[i]):
+            assert i + 1 < len(levels) and not 0 < levels[i + 1] <= level, nb.cells[i].source
+    assert not any(c.get("metadata", {}).get(html_export.NOTHING) for c in nb.cells)
+    box = page[page.index("gpulab-key-results"):]
+    box = box[:box.index("</div>")]
+    assert page.index("gpulab-key-results") < page.index("jp-CodeCell")  # under the title, before any code
+    headlines = [e["name"] for e in data["experiments"] if e.get("headline")]
+    if headlines:
+        assert box.index("<li>") < box.index(html.escape(headlines[0])) < box.index("</li>")
+    assert "claims:" in box and "<code>" not in box
+    assert "<details class='gpulab-claims'>" in page or '<details class="gpulab-claims">' in page
