@@ -18,8 +18,8 @@ def _cmp(c: Comparison | dict[str, Any]) -> Comparison:
     return c if isinstance(c, Comparison) else Comparison.from_dict(c)
 
 
-def _no_data(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True, fontsize=9)
+def _no_data(ax, text: str, y: float = 0.5) -> None:
+    ax.text(0.5, y, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True, fontsize=9)
 
 
 def _metric_words(metric: str, value: float | None) -> str:
@@ -181,8 +181,11 @@ def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", ref
     fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=colors, fmt=sig,
                ref=[e[3] for e in entries] if rs is not None else None,
                legend=[(n, c) for n, c in (("before (this run)", BEFORE), ("after (this run)", AFTER)) if c in colors])
-    if all(v is None for v in vals):
-        _no_data(fig.axes[0], "no MFU here: no datasheet peak (CPU or unknown GPU)")
+    if all(v is None for v in vals):  # above the reference GPU's bars, where there are some
+        ax = fig.axes[0]
+        if rs is not None:
+            ax.set_ylim(top=ax.get_ylim()[1] * 1.2)  # a band above the tallest bar for the note
+        _no_data(ax, "no MFU for this run: no datasheet peak\n(CPU or unknown GPU)", y=0.5 if rs is None else 0.9)
     return fig
 
 
