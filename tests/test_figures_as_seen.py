@@ -56,11 +56,15 @@ def test_timeline_drops_a_panel_of_few_samples_and_puts_its_means_in_the_legend(
     assert any("fewer than 5 samples" in t.get_text() for t in fig.texts)
 
 
-def test_timeline_of_few_samples_everywhere_draws_points():
-    """With no curve anywhere a figure of dropped panels would be empty: its samples are drawn as points."""
+def test_timeline_of_few_samples_everywhere_is_its_means_in_a_few_lines():
+    """04's smoke page drew a frame a side with one host-CPU point at each end: no curve anywhere."""
     tr = Trace(series={"gpm_sm_active": [(0.5, 40.0)], "cpu_percent": [(0.5, 10.0), (1.5, 12.0)]})
-    fig = plots.timeline(("loop", tr), metrics=("gpm_sm_active", "cpu_percent"))
-    assert len(fig.axes) == 2 and all(ln.get_linestyle() == "None" for ax in fig.axes for ln in ax.lines)
+    fig = plots.timeline(("loop", tr), ("other", None), metrics=("gpm_sm_active", "cpu_percent", "nvml_util"))
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.texts]
+    assert not ax.lines and texts[0] == "loop: SM active 40.0% (GPM), host CPU 11.0%"
+    assert "too few for a curve" in texts[-1] and "not recorded: GPU busy" in texts[-1]
+    assert fig.get_figheight() < 2
 
 
 def test_timeline_names_a_metric_that_was_not_recorded_instead_of_drawing_its_panel():

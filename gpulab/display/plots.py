@@ -33,6 +33,24 @@ def _metric_words(metric: str, value: float | None) -> str:
     return f"{what} {sig(value)}{unit if unit == '%' else ' ' + unit}" + (f" ({reader})" if reader else "")
 
 
+def _means_figure(series: list, few: Sequence[str], missing: Sequence[str], traces: list, title: str):
+    """A timeline with no curve in it: per series, each metric's mean over the window, as text."""
+    lines = [f"{label}: " + ", ".join(_metric_words(m, tr.mean(m)) for m in few if tr.mean(m) is not None)
+             for label, tr, _ in series if tr and any(tr.mean(m) is not None for m in few)]
+    lines.append(f"means over the window: fewer than {MIN_TIMELINE_POINTS} samples a metric, too few for a curve "
+                 "(GPM and the host CPU are read once a second)"
+                 + (f"; not recorded: {', '.join(METRICS.get(m, m).split(' (')[0] for m in missing)}" if missing else ""))
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.28 * len(lines)))
+    ax.axis("off")
+    colors = [c for _, tr, c in series if tr and any(tr.mean(m) is not None for m in few)] + ["#555"]
+    for i, (text, color) in enumerate(zip(lines, colors)):
+        ax.text(0.0, 1 - (i + 0.5) / len(lines), text, transform=ax.transAxes, va="center", ha="left",
+                fontsize=9 if i < len(lines) - 1 else 7, color=color or "k")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def timeline(*items: Comparison | dict | tuple[str, Trace],
              metrics: Sequence[str] = ("nvml_util", "gpm_sm_active", "gpm_tensor_active"), title: str = ""):
     """Utilization over time: before vs after of a comparison, or any (label, trace) pairs, one panel a metric.
@@ -40,7 +58,7 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
     A metric with fewer than MIN_TIMELINE_POINTS samples in every series is no curve (GPM and the host CPU are
     read once a second): its panel is left out and each series' mean over the window goes in the legend. A
     metric that was not recorded is left out too, named under the panels with the reason. When no metric has
-    a curve, the panels show their few samples as points."""
+    a curve, the figure is those means in a few lines."""
     series: list[tuple[str, Trace | None, str]] = []
     for it in items:
         if isinstance(it, tuple):
@@ -55,8 +73,10 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
     curves = [m for m in metrics if count[m] >= MIN_TIMELINE_POINTS]
     few = [m for m in metrics if m not in curves and has_mean[m]]
     missing = [m for m in metrics if m not in curves and not has_mean[m]]
-    panels = curves or few or list(metrics[:1])
-    in_legend = few if curves else []
+    if not curves and few:  # no curve anywhere: the means in a few lines, not a frame of scattered points
+        return _means_figure(series, few, missing, traces, title or "utilization timeline")
+    panels = curves or list(metrics[:1])
+    in_legend = few
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.2 + 2.1 * len(panels)), sharex=True, squeeze=False)
     for ax, metric in zip(axes[:, 0], panels):
         for label, tr, color in series:
