@@ -1,6 +1,7 @@
-"""What a reader sees on a page: the claims table grouped and keyed, the device table folded once, and exported
-HTML without noise (frozen progress bars, widget reprs, warnings, absolute paths, raw dicts) opened by a key
-results box."""
+"""What a reader sees on a page: one verdict line per experiment and claim, the claims table grouped, keyed and
+folded under its counts, the device table folded once, and exported HTML without noise (papermill's injected
+cell, widgets, empty sections, frozen progress bars, warnings, absolute paths, raw dicts), its stylesheet cut to
+what it uses, opened by a key results box that leads with the headline measurements."""
 import html
 import os
 import re
