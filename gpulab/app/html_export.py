@@ -377,16 +377,14 @@ def headline_html(e: dict, gain: Any) -> str:
 
 def key_results_html(data: dict[str, Any]) -> str:
     """A short box for the top of a page, from the notebook's result JSON: its headline measurements (the
-    experiments marked `"headline": true`; in an older file without the mark, the largest optimisation), then
+    experiments marked `"headline": true`; where none is, as in older files, the largest optimisation), then
     the claims' verdicts in one line."""
     from ..claims import verdict_tally
     from .summary import gain, gains, not_a_speed_run
 
     e = _html.escape
     exps = data.get("experiments", [])
-    marked = [x for x in exps if x.get("headline")]
-    if not marked and not any("headline" in x for x in exps):  # an older file: its largest optimisation
-        marked = [g[0] for g in gains(data)[:1]]
+    marked = [x for x in exps if x.get("headline")] or [g[0] for g in gains(data)[:1]]  # none marked: the largest
     items = "".join(headline_html(x, gain(x)) for x in marked)
     caveat = not_a_speed_run(data)
     dev = (data.get("device") or {}).get("name", "unknown device")

@@ -22,6 +22,11 @@ def _no_data(ax, text: str, y: float = 0.5) -> None:
     ax.text(0.5, y, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True, fontsize=9)
 
 
+def _metric_name(metric: str) -> str:
+    """A metric's short name: "SM active", "host CPU"."""
+    return METRICS.get(metric, metric).split(" (")[0].split(",")[0]
+
+
 def _metric_words(metric: str, value: float | None) -> str:
     """A metric's mean in a legend: "SM active 6.52% (GPM)", "power 312 W"."""
     name = METRICS.get(metric, metric)
@@ -39,7 +44,7 @@ def _means_figure(series: list, few: Sequence[str], missing: Sequence[str], trac
              for label, tr, _ in series if tr and any(tr.mean(m) is not None for m in few)]
     lines.append(f"means over the window: fewer than {MIN_TIMELINE_POINTS} samples a metric, too few for a curve "
                  "(GPM and the host CPU are read once a second)"
-                 + (f"; not recorded: {', '.join(METRICS.get(m, m).split(' (')[0] for m in missing)}" if missing else ""))
+                 + (f"; not recorded: {', '.join(_metric_name(m) for m in missing)}" if missing else ""))
     fig, ax = plt.subplots(figsize=(9, 0.5 + 0.28 * len(lines)))
     ax.axis("off")
     colors = [c for _, tr, c in series if tr and any(tr.mean(m) is not None for m in few)] + ["#555"]
@@ -106,13 +111,12 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
     notes = []
     if in_legend:
         notes.append(f"fewer than {MIN_TIMELINE_POINTS} samples, no curve (read once a second): "
-                     + ", ".join(METRICS.get(m, m).split(" (")[0].split(",")[0] for m in in_legend)
+                     + ", ".join(_metric_name(m) for m in in_legend)
                      + "; their means in the legend")
     gone = [m for m in missing if m not in panels]
     if gone:
-        notes.append("not recorded: " + "; ".join(
-            f"{METRICS.get(m, m).split(' (')[0]} ({next((tr.available[m] for tr in traces if m in tr.available), 'no sample')})"
-            for m in gone))
+        why = {m: next((tr.available[m] for tr in traces if m in tr.available), "no sample") for m in gone}
+        notes.append("not recorded: " + "; ".join(f"{_metric_name(m)} ({why[m]})" for m in gone))
     if notes:
         fig.text(0.01, 0.005, "\n".join(notes), fontsize=7, color="#555", va="bottom", ha="left", wrap=True)
     fig.suptitle(title or "utilization timeline")
