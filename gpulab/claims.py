@@ -324,12 +324,13 @@ class Claim:
                 + f" ({self.evidence})" + (f"; {self.note}" if self.note else "") + ")")
 
     def _repr_html_(self) -> str:
+        """One verdict line (the claim, its band, what we measured, the verdict); source, evidence and note folded."""
         e = html.escape
-        return (f"<div>{e(self.source) + ': ' if self.source else ''}<i>“{e(self.text)}”</i> — expected "
-                f"{e(self.expected)}, measured {e(self._measured_str())}: "
-                f"<b style='color:{_COLORS.get(self.verdict, '#666')}'>{e(self.label.upper())}</b>"
-                f" <small>[{e(self.evidence)}]</small>"
-                + (f" <small>({e(self.note)})</small>" if self.note else "") + "</div>")
+        line = (f"<i>“{e(self.text)}”</i> — expected {e(self.expected)}, measured {e(self._measured_str())}: "
+                f"<b style='color:{_COLORS.get(self.verdict, '#666')}'>{e(self.label.upper())}</b>")
+        more = (f"{e(self.source) + '; ' if self.source else ''}evidence: {e(self.evidence)}"
+                + (f"; {e(self.note)}" if self.note else ""))
+        return (f"<details class='gpulab-verdict'><summary>{line}</summary><small>{more}</small></details>")
 
 
 _COLORS = {"confirmed": "#1a7f37", "refuted": "#b42318", "inconclusive": "#b35900", "not comparable": "#1f4e99"}
@@ -376,7 +377,23 @@ def claims_table_html(claims: list[Claim] | list[dict[str, Any]], title: str = "
         rows.append(_claim_row(c))
     head = ("<tr><th>source</th><th>claim (key)</th><th>claimed</th><th>measured [interval]</th><th>verdict</th>"
             "<th>evidence</th><th>why / how</th></tr>")
-    return (f"<b>{e(title)}</b>" if title else "") + f"<table>{head}{''.join(rows)}</table>"
+    # Folded: the verdict lines above each experiment tell the story; the table is the record, at the page's end.
+    return (f"<details class='gpulab-claims'><summary>{f'<b>{e(title)}</b>: ' if title else ''}"
+            f"{e(verdict_tally([c.to_dict() for c in cs]))} (the full table: click)</summary>"
+            f"<table>{head}{''.join(rows)}</table></details>")
+
+
+VERDICT_NAMES = {"confirmed": "confirmed", "refuted_higher": "refuted (higher than claimed)",
+                 "refuted_lower": "refuted (lower than claimed)", "inconclusive": "inconclusive",
+                 "not comparable": "not comparable", "not tested": "not tested",
+                 "not_measured": "settled without measuring"}
+
+
+def verdict_tally(claims: list[dict[str, Any]]) -> str:
+    """The claims' verdicts in one line: "20 claims: 6 confirmed, 2 refuted (higher than claimed), ..."."""
+    n = count_verdicts(claims)
+    parts = ", ".join(f"{v} {VERDICT_NAMES[k]}" for k, v in n.items() if v)
+    return f"{len(claims)} claim{'s' if len(claims) != 1 else ''}: {parts}" if claims else "no claims"
 
 
 def count_verdicts(claims: list[dict[str, Any]]) -> dict[str, int]:

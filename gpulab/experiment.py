@@ -305,18 +305,24 @@ class Comparison:
         lo, hi = (est.lo, est.hi) if self.within_noise or est.value >= 1 else (1 / est.hi, 1 / est.lo)
         return f"{lo:.3g}x–{hi:.3g}x"
 
+    def verdict_line_html(self) -> str:
+        """The experiment in one line: its name, the verdict in colour and the headline's interval."""
+        e = html.escape
+        color = "#666" if self.within_noise else ("#1a7f37" if self.headline().value >= 1 else "#b42318")
+        what = f"{self.after.item_name}/s ratio " if self.work_differs else ""
+        return (f"<b>{e(self.name)}</b>: <span style='color:{color}'><b>{e(self.verdict)}</b></span> "
+                f"<small>({e(what)}interval {self._interval_text()})</small>")
+
     def _repr_html_(self) -> str:
+        """One verdict line; the table of both sides (time, throughput, MFU, utilization) and the notes folded."""
         e = html.escape
         body = "".join(f"<tr><td style='text-align:left'>{e(str(k))}</td><td>{e(str(b))}</td><td>{e(str(a))}</td></tr>"
                        for k, b, a in self.rows())
-        color = "#666" if self.within_noise else ("#1a7f37" if self.headline().value >= 1 else "#b42318")
-        what = f"{self.after.item_name}/s ratio " if self.work_differs else ""
         notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
-        return (f"<div><b>{e(self.name)}</b> on {e(str(self.device))}: "
-                f"<span style='color:{color}'><b>{e(self.verdict)}</b></span> "
-                f"<small>({e(what)}interval {self._interval_text()}; {e(self.kind)})</small>"
-                f"<table><tr><th></th><th>{e(self.before.label)}</th><th>{e(self.after.label)}</th></tr>{body}</table>"
-                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+        return (f"<details class='gpulab-verdict'><summary>{self.verdict_line_html()}</summary>"
+                f"<small>{e(self.before.label)} -> {e(self.after.label)} on {e(str(self.device))}; {e(self.kind)}"
+                f"</small><table><tr><th></th><th>{e(self.before.label)}</th><th>{e(self.after.label)}</th></tr>"
+                f"{body}</table>" + (f"<ul>{notes}</ul>" if notes else "") + "</details>")
 
 
 def default_min_time(device: DeviceInfo) -> float:

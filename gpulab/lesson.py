@@ -250,9 +250,11 @@ class Lesson:
                if making_reference() else "no reference result for this notebook")
         import html as _html
 
-        device = (f"<details><summary>device: {_html.escape(str(self.device.name))} (the details: click)</summary>"
-                  f"{self.device._repr_html_()}</details>")  # once per page, folded: the lesson's header shows it
-        return (f"<p><b>{self.name}</b> at {'smoke' if self.small else 'full'} sizes: {sizes}<br>{ref}"
+        e = _html.escape
+        # Two short lines; the sizes and the device's table folded, once per page.
+        device = (f"<details><summary>device: {e(str(self.device.name))}; {len(self.sizes)} sizes (the details: "
+                  f"click)</summary><small>{e(sizes)}</small>{self.device._repr_html_()}</details>")
+        return (f"<p><b>{self.name}</b> at {'smoke' if self.small else 'full'} sizes; {e(ref)}"
                 f"{self._host_line()}</p>{device}{banner}")
 
     def _host_line(self) -> str:

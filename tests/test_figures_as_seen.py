@@ -31,7 +31,7 @@ def _inside(fig, artist):
 def test_timeline_legend_sits_above_the_curves_and_short_series_are_points():
     """A legend in a corner hid the end of a curve; a 2-sample host-CPU series was drawn as a line."""
     long = [(i / 5, 50.0) for i in range(10)]
-    before = Trace(series={"nvml_util": long, "cpu_percent": [(i, 90.0) for i in range(4)]})
+    before = Trace(series={"nvml_util": long, "cpu_percent": [(i, 90.0) for i in range(6)]})
     after = Trace(series={"nvml_util": long, "cpu_percent": [(1.0, 50.0), (1.2, 52.0)]})
     fig = plots.timeline(("starved", before), ("fed", after), metrics=("nvml_util", "cpu_percent"))
     nvml, cpu = fig.axes
@@ -43,11 +43,56 @@ def test_timeline_legend_sits_above_the_curves_and_short_series_are_points():
     assert styles["starved"] == "-" and styles["fed"] == "None"
 
 
-def test_timeline_fallback_names_the_right_reader():
+def test_timeline_drops_a_panel_of_few_samples_and_puts_its_means_in_the_legend():
+    """04, 05, 06 and 08 drew panels that said "3 samples: too few for a curve" in place of a curve."""
+    long = [(i / 5, 50.0) for i in range(10)]
+    a = Trace(series={"nvml_util": long, "gpm_sm_active": [(0.5, 53.2)], "cpu_percent": [(0.5, 90.0)] * 4})
+    b = Trace(series={"nvml_util": long, "cpu_percent": [(0.5, 60.0), (1.5, 62.0)]})
+    fig = plots.timeline(("serial", a), ("side stream", b), metrics=("nvml_util", "gpm_sm_active", "cpu_percent"))
+    assert len(fig.axes) == 1 and not fig.axes[0].texts  # NVML's curve alone, no empty panel
+    labels = _legend_texts(fig.axes[0])
+    assert labels[0] == "serial; mean SM active 53.2% (GPM), host CPU 90.0%"
+    assert labels[1] == "side stream; mean host CPU 61.0%"  # no GPM sample: no mean claimed for it
+    assert any("fewer than 5 samples" in t.get_text() for t in fig.texts)
+
+
+def test_timeline_of_few_samples_everywhere_is_its_means_in_a_few_lines():
+    """04's smoke page drew a frame a side with one host-CPU point at each end: no curve anywhere."""
     tr = Trace(series={"gpm_sm_active": [(0.5, 40.0)], "cpu_percent": [(0.5, 10.0), (1.5, 12.0)]})
-    fig = plots.timeline(("loop", tr), metrics=("gpm_sm_active", "cpu_percent"))
-    gpm, cpu = (ax.texts[0].get_text() for ax in fig.axes)
-    assert "GPM reads once a second" in gpm and "GPM" not in cpu
+    fig = plots.timeline(("loop", tr), ("other", None), metrics=("gpm_sm_active", "cpu_percent", "nvml_util"))
+    (ax,) = fig.axes
+    texts = [t.get_text() for t in ax.texts]
+    assert not ax.lines and texts[0] == "loop: SM active 40.0% (GPM), host CPU 11.0%"
+    assert "too few for a curve" in texts[-1] and "not recorded: GPU busy" in texts[-1]
+    assert fig.get_figheight() < 2
+
+
+def test_timeline_names_a_metric_that_was_not_recorded_instead_of_drawing_its_panel():
+    tr = Trace(series={"nvml_util": [(i / 5, 50.0) for i in range(10)]},
+               available={"nvml_util": "ok", "gpm_sm_active": "GPM needs a Hopper or newer GPU"})
+    fig = plots.timeline(("loop", tr), metrics=("nvml_util", "gpm_sm_active"))
+    assert len(fig.axes) == 1
+    assert any("SM active (GPM needs a Hopper or newer GPU)" in t.get_text() for t in fig.texts)
+
+
+def test_timeline_legend_mean_is_the_tables_number():
+    """04's timeline read "mean over the window: 61.8" (the two 1 s GPM samples) beside a comparison table that
+    printed 72.2% (the window's whole GPM reading) for the same side and window."""
+    long = [(i / 5, 50.0) for i in range(10)]
+    a = Trace(series={"nvml_util": long, "gpm_sm_active": [(0.5, 50.0), (1.5, 73.6)]}, window={"gpm_sm_active": 72.2})
+    b = Trace(series={"nvml_util": long, "gpm_sm_active": [(0.5, 70.0), (1.5, 76.6)]}, window={"gpm_sm_active": 73.8})
+    fig = plots.timeline(("item", a), ("summed", b), metrics=("nvml_util", "gpm_sm_active"))
+    text = " ".join(_legend_texts(fig.axes[0]))
+    assert "item; mean SM active 72.2% (GPM)" in text and "summed; mean SM active 73.8%" in text and "61.8" not in text
+
+
+def test_sweep_with_no_value_says_so():
+    fig = plots.sweep([1, 2], {"x": [None, None]}, xlabel="n", ylabel="y")
+    assert "no value measured" in fig.axes[0].texts[0].get_text()
+
+
+def _legend_texts(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 def test_mfu_legend_names_before_and_after():
@@ -146,21 +191,3 @@ def test_search_table_shortens_an_error_to_whole_sentences():
     assert "this process h" not in page and "y" * 70 not in page
     assert BatchSizeSearch(85, 80, tried).tried[0]["error"] == msg  # the record keeps the whole line
     assert "<td>no</td>" in page and "False" not in page  # the "fits" column in words, not Python
-
-
-def test_timeline_fallback_names_a_side_without_a_sample():
-    """04's streams timeline gave the serial side's SM-active mean and said nothing of the other side."""
-    a = Trace(series={"gpm_sm_active": [(0.5, 53.2)]})
-    b = Trace(series={"nvml_util": [(0.1, 90.0)]})
-    fig = plots.timeline(("serial", a), ("side stream", b), metrics=("gpm_sm_active",))
-    assert "serial: 53.2%; side stream: no sample" in fig.axes[0].texts[0].get_text()
-
-
-def test_timeline_fallback_mean_is_the_tables_number():
-    """04's timeline read "mean over the window: 61.8" (the two 1 s GPM samples) beside a comparison table that
-    printed 72.2% (the window's whole GPM reading) for the same side and window."""
-    a = Trace(series={"gpm_sm_active": [(0.5, 50.0), (1.5, 73.6)]}, window={"gpm_sm_active": 72.2})
-    b = Trace(series={"gpm_sm_active": [(0.5, 70.0), (1.5, 76.6)]}, window={"gpm_sm_active": 73.8})
-    fig = plots.timeline(("item", a), ("summed", b), metrics=("gpm_sm_active",))
-    text = fig.axes[0].texts[0].get_text()
-    assert "item: 72.2%; summed: 73.8%" in text and "61.8" not in text

@@ -1,13 +1,15 @@
 """Executed notebooks as standalone HTML files, their figures recompressed, for readers who browse the
 repository or a run folder without running anything.
 
-Matplotlib's PNGs are flat colours on white: a 256-colour palette PNG keeps them sharp at a third or less of
-the size. nbconvert does the rendering (it comes with JupyterLab).
+Matplotlib's PNGs are flat colours on white: a 32-colour palette PNG keeps them sharp at a fraction of the size.
+nbconvert does the rendering (it comes with JupyterLab); of the JupyterLab stylesheet it embeds, a page keeps only
+the rules and variables its own elements use (`prune_css`).
 
-A page is written without noise (`clean_notebook`): progress bars that have no kernel to draw them are dropped
-(a widget bar would show frozen at 0%) and text bars keep their final state; any other widget becomes a short
-static note; stderr (warnings) is left out; absolute paths become relative. A "key results" box built from the
-notebook's result JSON opens the page. `noise` finds what is left of those problems in a page.
+A page is written without noise (`clean_notebook`): papermill's injected parameters cell is dropped; widgets,
+which have no kernel to draw them, are dropped (a progress bar would show frozen at 0%, a control does nothing),
+and text bars keep their final state; stderr (warnings) is left out; absolute paths become relative; a section
+left with nothing to show goes. A "key results" box built from the notebook's result JSON opens the page: its
+headline measurements, then the claims' verdicts in one line. `noise` finds what is left of those problems.
 """
 from __future__ import annotations
 
@@ -56,8 +58,11 @@ def compress_png(data: bytes, colors: int = 256) -> bytes:
     return out.getvalue() if out.tell() < len(data) else data
 
 
-def compress_images(nb) -> tuple[int, int]:
-    """Recompress every PNG output of `nb` in place; return the bytes (before, after)."""
+FIGURE_COLORS = 32  # charts are a few flat colours and their antialiased edges: 32 keep text and lines clean
+
+
+def compress_images(nb, colors: int = FIGURE_COLORS) -> tuple[int, int]:
+    """Recompress every PNG output of `nb` in place to a palette of `colors`; return the bytes (before, after)."""
     before = after = 0
     for cell in nb.cells:
         for output in cell.get("outputs", []):
@@ -65,10 +70,107 @@ def compress_images(nb) -> tuple[int, int]:
             if "image/png" not in data:
                 continue
             raw = base64.b64decode(data["image/png"])
-            small = compress_png(raw)
+            small = compress_png(raw, colors)
             before, after = before + len(raw), after + len(small)
             data["image/png"] = base64.b64encode(small).decode()
     return before, after
+
+
+_STYLE = re.compile(r"(<style[^>]*>)(.*?)(</style>)", re.S)
+_CLASS_ATTR = re.compile(r"""\bclass=["']([^"']*)["']""")
+_NOT = re.compile(r":not\([^)]*\)")
+_SEL_CLASS = re.compile(r"\.(-?[_a-zA-Z][\w-]*)")
+CSS_NOTICE = ("/* JupyterLab's stylesheet (Copyright (c) Jupyter Development Team, Modified BSD License), "
+              "less the rules this page does not use */")
+
+
+def _used_rules(rules: list, classes: set[str]) -> list:
+    """The rules of a parsed stylesheet that can match an element of the page: each selector's classes (outside
+    :not()) all among `classes`; @media and @supports blocks pruned the same way, other at-rules kept."""
+    import tinycss2
+
+    kept = []
+    for r in rules:
+        if r.type == "qualified-rule":
+            sels = tinycss2.serialize(r.prelude).split(",")
+            if any(set(_SEL_CLASS.findall(_NOT.sub("", sel))) <= classes for sel in sels):
+                kept.append(r)
+        elif r.type == "at-rule" and r.lower_at_keyword in ("media", "supports") and r.content is not None:
+            inner = _used_rules(tinycss2.parse_rule_list(r.content, skip_comments=True, skip_whitespace=True),
+                                classes)
+            if inner:
+                r.content = [tok for rule in inner for tok in (rule, tinycss2.ast.WhitespaceToken(0, 0, "\n"))]
+                kept.append(r)
+        elif r.type == "at-rule":
+            kept.append(r)
+    return kept
+
+
+_VAR_USE = re.compile(r"var\(\s*(--[\w-]+)")
+
+
+def _without_unused_vars(rules: list, body: str) -> str:
+    """The rules serialized, without the custom properties (--jp-icon-...: url(data:...)) that no rule or page
+    element reads, directly or through another property."""
+    import tinycss2
+
+    decls: dict[int, list] = {}
+    defs: dict[str, list[str]] = {}
+    used = set(_VAR_USE.findall(body))
+    for i, r in enumerate(rules):
+        if r.type != "qualified-rule":
+            used |= set(_VAR_USE.findall(tinycss2.serialize([r])))
+            continue
+        decls[i] = [d for d in tinycss2.parse_declaration_list(r.content, skip_comments=True,
+                                                               skip_whitespace=True) if d.type == "declaration"]
+        for d in decls[i]:
+            value = tinycss2.serialize(d.value)
+            if d.name.startswith("--"):
+                defs.setdefault(d.name, []).append(value)
+            else:
+                used |= set(_VAR_USE.findall(value))
+    todo = list(used)
+    while todo:
+        for value in defs.get(todo.pop(), []):
+            for name in set(_VAR_USE.findall(value)) - used:
+                used.add(name)
+                todo.append(name)
+    out = []
+    for i, r in enumerate(rules):
+        if i not in decls:
+            out.append(tinycss2.serialize([r]))
+            continue
+        keep = [d for d in decls[i] if not d.name.startswith("--") or d.name in used]
+        if keep:
+            inner = "; ".join(f"{d.name}: {tinycss2.serialize(d.value).strip()}"
+                              + (" !important" if d.important else "") for d in keep)
+            out.append(f"{tinycss2.serialize(r.prelude).strip()} {{ {inner} }}")
+    return "\n".join(out)
+
+
+def prune_css(page: str) -> str:
+    """`page` with each stylesheet cut to the rules that can match one of its elements: nbconvert embeds all
+    of JupyterLab's CSS (about 260 kB) in every page, most of it for widgets and panels a page does not have."""
+    try:
+        import tinycss2
+    except ImportError:  # it comes with nbconvert's sanitizer; without it the page keeps its whole CSS
+        return page
+    body = _CODE_BLOCKS.sub("", page)
+    classes = {c for m in _CLASS_ATTR.finditer(body) for c in m.group(1).split()}
+    blocks = [m.group(2) for m in _STYLE.finditer(page)]
+    big = {i: _used_rules(tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True), classes)
+           for i, css in enumerate(blocks) if len(css) > 10_000}  # the page's own small blocks: as written
+    kept = [tinycss2.serialize(big[i]) if i in big else css for i, css in enumerate(blocks)]
+    at = iter(range(len(blocks)))
+
+    def prune(m: re.Match) -> str:
+        i = next(at)
+        if i not in big:
+            return m.group(0)
+        others = body + "".join(k for j, k in enumerate(kept) if j != i)  # a variable may be read in another block
+        return f"{m.group(1)}\n{CSS_NOTICE}\n{_without_unused_vars(big[i], others)}\n{m.group(3)}"
+
+    return _STYLE.sub(prune, page)
 
 
 def export_html(ipynb: Path | str, dest: Path | str | None = None, *,
@@ -91,7 +193,7 @@ def export_html(ipynb: Path | str, dest: Path | str | None = None, *,
         add_key_results(nb, data)
     compress_images(nb)
     body, _ = HTMLExporter(embed_images=True).from_notebook_node(nb)
-    return write_text_atomic(dest, body)
+    return write_text_atomic(dest, prune_css(body))
 
 
 def _roots() -> list[tuple[str, str]]:
@@ -141,17 +243,29 @@ def _text(output: dict, mime: str = "text/plain") -> str:
     return "".join(v) if isinstance(v, list) else str(v)
 
 
-def widget_note(text: str) -> dict:
-    """A static output in place of a widget that has no kernel: what it is and where it works."""
-    kind = text.split("(", 1)[0].strip() or "widget"
-    msg = (f"An interactive control ({kind}) is here when the notebook runs in Jupyter: open it there to use it.")
-    return {"output_type": "display_data", "metadata": {},
-            "data": {"text/plain": msg, "text/html": f"<p><i>{_html.escape(msg)}</i></p>"}}
+NOTHING = "gpulab_nothing"  # cell metadata: its outputs said nothing a static page can show
+_NOTHING_TEXT = re.compile(r"^\s*(?:<p>)?\s*(?:This run is the reference run of|No reference run is committed for)")
+
+
+def _progress_bar(output: dict) -> bool:
+    """Whether a widget output is a progress bar (a tqdm bar, or its HBox of FloatProgress)."""
+    text = _text(output)
+    return bool(_PROGRESS.search(text) or re.match(r"(HBox\(children=\(HTML\(value=[^)]*\), )?(Float|Int)Progress\(",
+                                                   text))
+
+
+def _says_nothing(output: dict) -> bool:
+    """Whether an output only says there is nothing to show here (the reference run has no reference beside it)."""
+    if output.get("output_type") not in ("display_data", "execute_result"):
+        return False
+    data = output.get("data", {})
+    text = _text(output, "text/html") if "text/html" in data else _text(output)
+    return bool(_NOTHING_TEXT.match(text)) and len(text) < 400
 
 
 def clean_outputs(outputs: list) -> list:
-    """A cell's outputs without noise: no stderr, no progress bar widget, a note for any other widget, text
-    bars at their final state, paths made relative."""
+    """A cell's outputs without noise: no stderr, no widget (a static page has no kernel to draw it), no
+    "nothing to show here" note, text bars at their final state, paths made relative."""
     out = []
     for o in outputs:
         kind = o.get("output_type")
@@ -163,11 +277,9 @@ def clean_outputs(outputs: list) -> list:
                 continue
             o["text"] = scrub_paths(text)
         elif kind in ("display_data", "execute_result") and WIDGET_VIEW in o.get("data", {}):
-            text = _text(o)
-            if _PROGRESS.search(text) or re.match(r"(HBox\(children=\(HTML\(value=[^)]*\), )?(Float|Int)Progress\(",
-                                                  text):
-                continue  # a progress bar: without its kernel it would show frozen at 0%
-            o = widget_note(text)
+            continue  # a progress bar would show frozen at 0%, a control without its kernel does nothing
+        elif _says_nothing(o):
+            continue
         elif kind in ("display_data", "execute_result"):
             for mime in ("text/plain", "text/html", "text/markdown"):
                 if mime in o.get("data", {}):
@@ -178,14 +290,57 @@ def clean_outputs(outputs: list) -> list:
     return out
 
 
+def _heading(cell) -> int:
+    """The level of the heading a markdown cell opens with (## -> 2), 0 for any other cell."""
+    if cell.get("cell_type") != "markdown":
+        return 0
+    m = re.match(r"\s*(#{1,6})\s", "".join(cell.get("source", "")))
+    return len(m.group(1)) if m else 0
+
+
+def _prose(cell) -> bool:
+    """Whether a markdown cell says anything beyond its headings."""
+    lines = "".join(cell.get("source", "")).splitlines()
+    return any(line.strip() and not line.lstrip().startswith("#") for line in lines)
+
+
+def drop_empty_sections(nb) -> None:
+    """Remove, in place, the cells whose outputs said nothing a static page can show (a widget, "this run is the
+    reference run"), and every section left with nothing under it: a heading with no prose and no cell, or
+    one whose code cells all said nothing (its prose introduced what is not there)."""
+    cells = list(nb.cells)
+    drop: set[int] = set()
+    for i, cell in enumerate(cells):
+        level = _heading(cell)
+        if not level:
+            continue
+        end = next((j for j in range(i + 1, len(cells)) if 0 < _heading(cells[j]) <= level), len(cells))
+        under = cells[i + 1:end]
+        code = [c for c in under if c.get("cell_type") == "code"]
+        said_nothing = bool(code) and all(c.get("metadata", {}).get(NOTHING) and not c.get("outputs")
+                                          for c in code)
+        bare = not code and not _prose(cell) and not any(_prose(c) for c in under)
+        if said_nothing or bare:
+            drop.update(range(i, end))
+    drop.update(i for i, c in enumerate(cells) if c.get("metadata", {}).get(NOTHING) and not c.get("outputs"))
+    nb.cells = [c for i, c in enumerate(cells) if i not in drop]
+
+
 def clean_notebook(nb) -> None:
-    """Remove the page noise from every cell of `nb` in place (`clean_outputs`; the repository and home folders
-    in sources too)."""
+    """Remove the page noise from `nb` in place: papermill's injected parameters cell, the noise of each cell's
+    outputs (`clean_outputs`), the repository and home folders in sources, and the sections left with nothing
+    to show (`drop_empty_sections`)."""
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
     for cell in nb.cells:
         src = cell.get("source", "")
         cell["source"] = scrub_roots("".join(src) if isinstance(src, list) else src)
         if cell.get("cell_type") == "code":
-            cell["outputs"] = clean_outputs(cell.get("outputs", []))
+            before = cell.get("outputs", [])
+            cell["outputs"] = clean_outputs(before)
+            if before and not cell["outputs"]:
+                cell.setdefault("metadata", {})[NOTHING] = any(  # a control or a note; a bar sat on real work
+                    (WIDGET_VIEW in o.get("data", {}) and not _progress_bar(o)) or _says_nothing(o) for o in before)
+    drop_empty_sections(nb)
 
 
 def find_result(ipynb: Path) -> Path | None:
@@ -194,48 +349,65 @@ def find_result(ipynb: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _side(e: dict, side: str) -> dict:
+    return (e.get(side) or {}).get("summary") or {}
+
+
+def headline_html(e: dict, gain: Any) -> str:
+    """One headline experiment in a line: its name, the verdict with the ratio's interval, and what moved
+    (throughput, else time per call; MFU where there is a peak), before -> after."""
+    from ..text import pct, si
+
+    esc = _html.escape
+    b, a = _side(e, "before"), _side(e, "after")
+    moved = []
+    if b.get("throughput") and a.get("throughput"):
+        moved.append(f"{a.get('item_name') or b.get('item_name') or 'items'}/s {si(b['throughput'])} -> "
+                     f"{si(a['throughput'])}")
+    elif b.get("median_ms") and a.get("median_ms"):
+        moved.append(f"time per call {si(b['median_ms'] / 1e3, 's')} -> {si(a['median_ms'] / 1e3, 's')}")
+    if b.get("mfu") is not None and a.get("mfu") is not None:
+        moved.append(f"MFU {pct(b['mfu'])} -> {pct(a['mfu'])}")
+    lo, hi = (gain.lo, gain.hi) if gain.value >= 1 or gain.lo <= 1 <= gain.hi else (1 / gain.hi, 1 / gain.lo)
+    verdict = e.get("verdict") or f"{gain.value:.3g}x"  # in the verdict's direction: "1.14x slower", 1.13x-1.22x
+    interval = f" <small>(interval {lo:.3g}x–{hi:.3g}x)</small>" if gain.lo != gain.hi else ""
+    return (f"<li><b>{esc(e.get('name', ''))}</b>: <b>{esc(verdict)}</b>{interval}"
+            + (f"; {esc(', '.join(moved))}" if moved else "") + "</li>")
+
+
 def key_results_html(data: dict[str, Any]) -> str:
-    """A short box for the top of a page: the verdict counts, the top 3 measured claims, the largest
-    optimisation (none from a smoke or CPU run), all from the notebook's result JSON."""
-    from ..claims import Claim, count_verdicts
-    from .summary import _ratio_str, gains, not_a_speed_run
+    """A short box for the top of a page, from the notebook's result JSON: its headline measurements (the
+    experiments marked `"headline": true`; where none is, as in older files, the largest optimisation), then
+    the claims' verdicts in one line."""
+    from ..claims import verdict_tally
+    from .summary import gain, gains, not_a_speed_run
 
     e = _html.escape
-    n = count_verdicts(data.get("claims", []))
-    names = {"confirmed": "confirmed", "refuted_higher": "refuted (higher than claimed)",
-             "refuted_lower": "refuted (lower than claimed)", "inconclusive": "inconclusive",
-             "not comparable": "not comparable", "not tested": "not tested",
-             "not_measured": "settled without measuring"}
-    counts = ", ".join(f"{v} {names[k]}" for k, v in n.items() if v) or "no claims"
-    measured = [c for c in data.get("claims", []) if c.get("evidence", "measured") == "measured"
-                and c.get("measured") is not None]
-    order = {"refuted": 0, "confirmed": 1, "inconclusive": 2}
-    top = sorted((c for c in measured if c.get("verdict") in order), key=lambda c: order[c["verdict"]])[:3]
-    items = []
-    for d in top:
-        c = Claim.from_dict(d)
-        items.append(f"<li>{e(c.text)}{f' <small><code>{e(c.key)}</code></small>' if c.key else ''}: claimed "
-                     f"{e(c.expected)}, measured {e(c._measured_str())}: <b>{e(c.label)}</b></li>")
-    g = gains(data)
-    best = (f"{e(_ratio_str(g[0][1]))}: {e(g[0][0]['name'])}" if g else e(not_a_speed_run(data) or "none measured"))
+    exps = data.get("experiments", [])
+    marked = [x for x in exps if x.get("headline")] or [g[0] for g in gains(data)[:1]]  # none marked: the largest
+    items = "".join(headline_html(x, gain(x)) for x in marked)
+    caveat = not_a_speed_run(data)
     dev = (data.get("device") or {}).get("name", "unknown device")
     return ("<div class='gpulab-key-results' style='border:1px solid #9ab;border-radius:4px;padding:6px 12px;"
             "margin:8px 0;background:#f5f8fa'>"
             f"<b>Key results</b> of this page's run on {e(dev)}{' (smoke size)' if data.get('smoke') else ''}"
-            f"<br>Claims, one count each: {e(counts)}."
-            + (f"<ul>{''.join(items)}</ul>" if items else "<br>")
-            + f"Largest optimisation: {best}.</div>")
+            + (f"<ul style='margin:4px 0'>{items}</ul>" if items else "<br>")
+            + (f"<small>{e(caveat)}.</small><br>" if caveat else "")
+            + f"{e(verdict_tally(data.get('claims', [])))}.</div>")
 
 
 def add_key_results(nb, data: dict[str, Any]) -> None:
-    """Insert the key results box as a cell after the page's title cell (or first)."""
+    """Insert the key results box right under the page's title (the title cell's heading line), else first."""
     import nbformat
 
     cell = nbformat.v4.new_markdown_cell(key_results_html(data))
     first = nb.cells[0] if nb.cells else None
-    titled = first is not None and first.cell_type == "markdown" and "".join(first.source).lstrip().startswith("#")
-    at = 1 if titled else 0
-    nb.cells.insert(at, cell)
+    if first is None or _heading(first) != 1:
+        nb.cells.insert(0, cell)
+        return
+    title, _, rest = "".join(first.source).lstrip().partition("\n")
+    first.source = title
+    nb.cells[1:1] = [cell] + ([nbformat.v4.new_markdown_cell(rest.strip())] if rest.strip() else [])
 
 
 def noise(page: str) -> list[str]:

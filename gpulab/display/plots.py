@@ -1,6 +1,7 @@
 """Matplotlib figures drawn only from result objects (or their loaded JSON); nothing here measures."""
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
@@ -10,20 +11,59 @@ from ..monitor import METRICS, Trace
 from ..text import ratio, si, si_count, sig
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
-MIN_TIMELINE_POINTS = 4  # fewer samples in every series of a panel: show their means, not a line
+MIN_TIMELINE_POINTS = 5  # fewer samples in every series of a panel: no curve, their means in the legend
 
 
 def _cmp(c: Comparison | dict[str, Any]) -> Comparison:
     return c if isinstance(c, Comparison) else Comparison.from_dict(c)
 
 
-def _no_data(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True, fontsize=9)
+def _no_data(ax, text: str, y: float = 0.5) -> None:
+    ax.text(0.5, y, text, ha="center", va="center", transform=ax.transAxes, color="#666", wrap=True, fontsize=9)
+
+
+def _metric_name(metric: str) -> str:
+    """A metric's short name: "SM active", "host CPU"."""
+    return METRICS.get(metric, metric).split(" (")[0].split(",")[0]
+
+
+def _metric_words(metric: str, value: float | None) -> str:
+    """A metric's mean in a legend: "SM active 6.52% (GPM)", "power 312 W"."""
+    name = METRICS.get(metric, metric)
+    m = re.match(r"(.*?) \((?:(.*), )?([^,()]*)\)$", name)
+    if not m:
+        return f"{name} {sig(value)}"
+    what, reader, unit = m.groups()
+    what = what.split(",")[0]  # "host CPU, mean of cores" -> "host CPU"
+    return f"{what} {sig(value)}{unit if unit == '%' else ' ' + unit}" + (f" ({reader})" if reader else "")
+
+
+def _means_figure(series: list, few: Sequence[str], missing: Sequence[str], traces: list, title: str):
+    """A timeline with no curve in it: per series, each metric's mean over the window, as text."""
+    lines = [f"{label}: " + ", ".join(_metric_words(m, tr.mean(m)) for m in few if tr.mean(m) is not None)
+             for label, tr, _ in series if tr and any(tr.mean(m) is not None for m in few)]
+    lines.append(f"means over the window: fewer than {MIN_TIMELINE_POINTS} samples a metric, too few for a curve "
+                 "(GPM and the host CPU are read once a second)"
+                 + (f"; not recorded: {', '.join(_metric_name(m) for m in missing)}" if missing else ""))
+    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.28 * len(lines)))
+    ax.axis("off")
+    colors = [c for _, tr, c in series if tr and any(tr.mean(m) is not None for m in few)] + ["#555"]
+    for i, (text, color) in enumerate(zip(lines, colors)):
+        ax.text(0.0, 1 - (i + 0.5) / len(lines), text, transform=ax.transAxes, va="center", ha="left",
+                fontsize=9 if i < len(lines) - 1 else 7, color=color or "k")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def timeline(*items: Comparison | dict | tuple[str, Trace],
              metrics: Sequence[str] = ("nvml_util", "gpm_sm_active", "gpm_tensor_active"), title: str = ""):
-    """Utilization over time: before vs after of a comparison, or any (label, trace) pairs, one panel a metric."""
+    """Utilization over time: before vs after of a comparison, or any (label, trace) pairs, one panel a metric.
+
+    A metric with fewer than MIN_TIMELINE_POINTS samples in every series is no curve (GPM and the host CPU are
+    read once a second): its panel is left out and each series' mean over the window goes in the legend. A
+    metric that was not recorded is left out too, named under the panels with the reason. When no metric has
+    a curve, the figure is those means in a few lines."""
     series: list[tuple[str, Trace | None, str]] = []
     for it in items:
         if isinstance(it, tuple):
@@ -32,29 +72,30 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
             c = _cmp(it)
             series += [(f"{c.before.label}", c.before.trace, BEFORE), (f"{c.after.label}", c.after.trace, AFTER)]
             title = title or c.name
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(9, 2.1 * len(metrics)), sharex=True, squeeze=False)
-    for ax, metric in zip(axes[:, 0], metrics):
-        drawn = [(label, tr.values(metric), color, tr.series[metric]) for label, tr, color in series
-                 if tr and tr.series.get(metric)]
-        if drawn and max(len(v) for _, v, _, _ in drawn) < MIN_TIMELINE_POINTS:  # 1-3 points are not a timeline
-            n = max(len(v) for _, v, _, _ in drawn)
-            # the trace's own mean (GPM: its whole-window reading), the number the comparison's table prints
-            unit = "%" if METRICS.get(metric, "").endswith("%)") else ""
-            means = "; ".join([f"{label}: {sig(tr.mean(metric))}{unit}" for label, tr, _ in series
-                               if tr and tr.series.get(metric)]
-                              + [f"{label}: no sample" for label, tr, _ in series if tr and not tr.series.get(metric)])
-            reader = "GPM reads" if metric.startswith("gpm") else "the monitor reads it"
-            _no_data(ax, f"{n} sample{'s' if n != 1 else ''} in this window: too few for a curve "
-                         f"({reader} once a second)\nmean over the window: {means}")
-            drawn = []
-        for label, _, color, pts in drawn:
+    traces = [tr for _, tr, _ in series if tr]
+    count = {m: max([len(tr.series.get(m) or []) for tr in traces] + [0]) for m in metrics}
+    has_mean = {m: any(tr.mean(m) is not None for tr in traces) for m in metrics}
+    curves = [m for m in metrics if count[m] >= MIN_TIMELINE_POINTS]
+    few = [m for m in metrics if m not in curves and has_mean[m]]
+    missing = [m for m in metrics if m not in curves and not has_mean[m]]
+    if not curves and few:  # no curve anywhere: the means in a few lines, not a frame of scattered points
+        return _means_figure(series, few, missing, traces, title or "utilization timeline")
+    panels = curves or list(metrics[:1])
+    in_legend = few
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.2 + 2.1 * len(panels)), sharex=True, squeeze=False)
+    for ax, metric in zip(axes[:, 0], panels):
+        for label, tr, color in series:
+            pts = (tr.series.get(metric) or []) if tr else []
+            if not pts:
+                continue
             xs, ys = zip(*pts)
             kw = {"drawstyle": "steps-post"} if metric.startswith("nvml") else {"marker": "o"}
-            if len(pts) < MIN_TIMELINE_POINTS:  # beside a longer series: its few samples as points, not a curve
+            if len(pts) < MIN_TIMELINE_POINTS:  # a few samples are points, not a curve
                 kw = {"marker": "o", "ls": "none"}
-            ax.plot(xs, ys, label=label, color=color, **kw)
-        if not drawn and not ax.texts:
-            why = next((tr.available.get(metric) for _, tr, _ in series if tr and metric in tr.available), None)
+            means = [_metric_words(m, tr.mean(m)) for m in in_legend if tr.mean(m) is not None]
+            ax.plot(xs, ys, color=color, label=label + (f"; mean {', '.join(means)}" if means else ""), **kw)
+        if not ax.lines:
+            why = next((tr.available.get(metric) for tr in traces if metric in tr.available), None)
             _no_data(ax, f"{METRICS.get(metric, metric)}: {why or 'not recorded'}")
         ax.set_ylabel(METRICS.get(metric, metric).replace(" (", "\n("), fontsize=8)
         if metric not in ("mem_used_gb", "power_w", "sm_clock_mhz"):
@@ -63,11 +104,23 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
     with_lines = [ax for ax in axes[:, 0] if ax.get_legend_handles_labels()[0]]
     if with_lines:
         handles, labels = with_lines[0].get_legend_handles_labels()  # above the panels: it hides no curve
-        with_lines[0].legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(labels), 3),
-                             fontsize=8, frameon=False)
+        wide = max(len(t) for t in labels) > 40
+        with_lines[0].legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                             ncols=1 if wide else min(len(labels), 3), fontsize=8, frameon=False)
     axes[-1, 0].set_xlabel("seconds since the monitor started")
+    notes = []
+    if in_legend:
+        notes.append(f"fewer than {MIN_TIMELINE_POINTS} samples, no curve (read once a second): "
+                     + ", ".join(_metric_name(m) for m in in_legend)
+                     + "; their means in the legend")
+    gone = [m for m in missing if m not in panels]
+    if gone:
+        why = {m: next((tr.available[m] for tr in traces if m in tr.available), "no sample") for m in gone}
+        notes.append("not recorded: " + "; ".join(f"{_metric_name(m)} ({why[m]})" for m in gone))
+    if notes:
+        fig.text(0.01, 0.005, "\n".join(notes), fontsize=7, color="#555", va="bottom", ha="left", wrap=True)
     fig.suptitle(title or "utilization timeline")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.09 * len(notes) / len(panels), 1, 1))  # the notes' lines below the panels
     return fig
 
 
@@ -152,8 +205,11 @@ def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", ref
     fig = bars(labels, vals, ylabel="MFU (% of datasheet dense peak)", title=title, colors=colors, fmt=sig,
                ref=[e[3] for e in entries] if rs is not None else None,
                legend=[(n, c) for n, c in (("before (this run)", BEFORE), ("after (this run)", AFTER)) if c in colors])
-    if all(v is None for v in vals):
-        _no_data(fig.axes[0], "no MFU here: no datasheet peak (CPU or unknown GPU)")
+    if all(v is None for v in vals):  # above the reference GPU's bars, where there are some
+        ax = fig.axes[0]
+        if rs is not None:
+            ax.set_ylim(top=ax.get_ylim()[1] * 1.2)  # a band above the tallest bar for the note
+        _no_data(ax, "no MFU for this run: no datasheet peak\n(CPU or unknown GPU)", y=0.5 if rs is None else 0.9)
     return fig
 
 
@@ -201,6 +257,8 @@ def sweep(x: Sequence[float], ys: dict[str, Sequence[float | None]], *, xlabel: 
     ax.grid(alpha=0.3, which="both")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
+    else:  # every value missing: say so rather than leave an empty frame
+        _no_data(ax, "no value measured for any point of this sweep")
     fig.tight_layout()
     return fig
 
