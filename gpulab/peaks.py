@@ -509,8 +509,40 @@ def _record_search(out: MeasuredPeaks, d: str, found: ShapeSearch, state: dict[s
     out.round_intervals[d] = found.round_intervals[found.best]
     out.shape[d] = list(found.best)
     out.interval[d] = list(found.interval)
-    out.search[d] = [[int(m), int(n), int(k), round(t, 3)] for m, n, k, t in found.rows]
+    out.search[d] = [[int(m), int(n), int(k), float(f"{t:.5g}")] for m, n, k, t in found.rows]
     out.seconds[d] = round(found.search_s + found.rounds_s, 2)
     for attr in ("sm_clock_mhz", "power_w"):
         if attr in state:
             getattr(out, attr)[d] = state[attr]
+
+
+def search_figure(peaks: MeasuredPeaks, dtypes: Sequence[str] | None = None, *, colors: dict[str, str] | None = None,
+                  title: str | None = None):
+    """TFLOP/s against M (N = K fixed) for each searched dtype, its best shape marked, the cube shapes as diamonds."""
+    import matplotlib.pyplot as plt
+
+    dtypes = [d for d in (dtypes or list(peaks.search)) if peaks.search.get(d)]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for d in dtypes:
+        rows = peaks.search[d]
+        line = [r for r in rows if r[1] == peaks.matmul_size and r[2] == peaks.matmul_size]
+        other = [r for r in rows if r not in line]
+        color = (colors or {}).get(d)
+        lo, hi = peaks.interval.get(d, [peaks.tflops[d]] * 2)
+        best = peaks.shape.get(d)
+        label = (f"{d.upper()}: best {peaks.tflops[d]:,.4g} TFLOP/s [{lo:,.4g}, {hi:,.4g}] at "
+                 f"{peaks.shape_name(d)}")
+        p = ax.plot([r[0] for r in line], [r[3] for r in line], ".-", ms=3, lw=1, color=color, label=label)[0]
+        ax.plot([r[0] for r in other], [r[3] for r in other], "D", ms=5, color=p.get_color(), mfc="none")
+        if best:
+            ax.errorbar([best[0]], [peaks.tflops[d]], yerr=[[peaks.tflops[d] - lo], [hi - peaks.tflops[d]]],
+                        fmt="*", ms=12, color=p.get_color(), mec="black", capsize=3, zorder=5)
+    n = peaks.matmul_size
+    ax.set_xlabel(f"M (N = K = {n}; diamonds: {2 * n}³)")
+    ax.set_ylabel("TFLOP/s (median call)")
+    ax.set_title(title or f"matmul shape search on {peaks.device}: star = best shape, its rounds' range")
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
