@@ -231,8 +231,8 @@ def api_markdown() -> str:
     lines += [f"- `{k}`: {v}" for k, v in METRICS.items()]
     lines += ["", "## Command line", "",
               "- `python -m gpulab --version`: the version.",
-              "- `python -m gpulab info [--measure [--dtypes bf16,...]] [--json]`: this machine, its datasheet peaks and "
-              "what can be monitored; `--measure` adds each dtype's best matmul shape and rate.",
+              "- `python -m gpulab info [--measure [--dtypes bf16,...]] [--json]`: this machine, its datasheet "
+              "peaks and what can be monitored; `--measure` adds each dtype's best matmul shape and rate.",
               "- `python -m gpulab check`: a quick self-check of the measuring tools on this machine.",
               "- `python -m gpulab run [--smoke|--full] [NN ...] [--out DIR] [-p NAME VALUE]`: run notebooks "
               "headless and write a summary.",

@@ -193,7 +193,8 @@ def dtype_table(times: dict[str, Any], flops: float, names: dict[str, str] | Non
     rows = [f"| {names.get(d, d.upper())} | {si(m.median, 's')} | {si(flops / m.median, 'FLOP/s')} | "
             + " | ".join(ratio(base[b] / m.median) if b in base else "n/a" for b in ("fp32", "tf32")) + " |"
             for d, m in times.items()]
-    return (f"| dtype | time (median) | achieved | over FP32 (TF32 off) | over {names.get('tf32', 'TF32')} |\n| --- | --- | --- | --- | --- |\n"
+    return (f"| dtype | time (median) | achieved | over FP32 (TF32 off) | over {names.get('tf32', 'TF32')} |\n"
+            "| --- | --- | --- | --- | --- |\n"
             + "\n".join(rows))
 
 
