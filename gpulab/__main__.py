@@ -19,7 +19,9 @@ def _info(args: argparse.Namespace) -> int:
     avail = availability(dev)
     report = {"device": dev.to_dict(), "monitoring": avail}
     if args.measure:
-        report["measured"] = measure_peaks(dev).to_dict()
+        from .dtypes import DTYPES
+        dtypes = tuple(args.dtypes.split(",")) if args.dtypes else DTYPES
+        report["measured"] = measure_peaks(dev, dtypes=dtypes).to_dict()
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
@@ -38,8 +40,13 @@ def _info(args: argparse.Namespace) -> int:
     print("monitoring  " + "\n            ".join(f"{k:<18} {v}" for k, v in avail.items()))
     if args.measure:
         m = report["measured"]
-        print("measured    " + ", ".join(f"{k.upper()} {v:,.1f}" for k, v in m["tflops"].items())
-              + f" TFLOP/s ({m['matmul_size']}³ matmul); copy {m['copy_gbs']:,.0f} GB/s (read + write)")
+        print(f"measured    copy {m['copy_gbs']:,.0f} GB/s (read + write); matmul TFLOP/s, best shape of each search "
+              "(median of its rounds, [min, max] of the rounds):")
+        for k, v in m["tflops"].items():
+            shape = "x".join(str(x) for x in m.get("shape", {}).get(k, [])) or f"{m['matmul_size']}³"
+            lo, hi = m.get("interval", {}).get(k, [v, v])
+            print(f"            {k.upper():<5} {v:,.1f} [{lo:,.1f}, {hi:,.1f}] at {shape} (MxNxK); "
+                  f"{len(m.get('search', {}).get(k, []))} shapes in {m.get('seconds', {}).get(k, 0):.0f} s")
         for n in m["notes"]:
             print(f"            {n}")
     return 0
@@ -224,8 +231,8 @@ def api_markdown() -> str:
     lines += [f"- `{k}`: {v}" for k, v in METRICS.items()]
     lines += ["", "## Command line", "",
               "- `python -m gpulab --version`: the version.",
-              "- `python -m gpulab info [--measure] [--json]`: this machine, its datasheet peaks and what can be "
-              "monitored.",
+              "- `python -m gpulab info [--measure [--dtypes bf16,...]] [--json]`: this machine, its datasheet "
+              "peaks and what can be monitored; `--measure` adds each dtype's best matmul shape and rate.",
               "- `python -m gpulab check`: a quick self-check of the measuring tools on this machine.",
               "- `python -m gpulab run [--smoke|--full] [NN ...] [--out DIR] [-p NAME VALUE]`: run notebooks "
               "headless and write a summary.",
@@ -246,7 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"gpulab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="the device, its datasheet peaks and what monitoring works")
-    p.add_argument("--measure", action="store_true", help="also measure matmul TFLOP/s and copy bandwidth")
+    p.add_argument("--measure", action="store_true", help="also measure matmul TFLOP/s (a shape search per dtype, as "
+                   "mamf-finder does) and copy bandwidth")
+    p.add_argument("--dtypes", default="", help="with --measure: comma-separated dtypes to search (default: all), "
+                   "e.g. bf16,fp8")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_info)
     p = sub.add_parser("check", help="check peaks, monitor readings and monitor overhead; saves 00_device.json")

@@ -1,18 +1,20 @@
 """Measured peaks: the matmul TFLOP/s and copy bandwidth this device sustains, measured once per run."""
 from __future__ import annotations
 
+import math
 import os
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
 from .checks import positive_int
 from .device import DTYPES, DeviceInfo, check_dtype, float32_matmul_precision, get_device
 from .dtypes import torch_dtype
-from .text import si, sig
+from .text import si
 
 
 @dataclass
@@ -30,11 +32,21 @@ class MeasuredPeaks:
     sm_clock_mhz: dict[str, float] = field(default_factory=dict)  # mean SM clock while each dtype ran
     power_w: dict[str, float] = field(default_factory=dict)       # mean board power while each dtype ran
     run_id: str = ""  # the course run these peaks were measured for (one measurement per run)
+    shape: dict[str, list[int]] = field(default_factory=dict)   # [M, N, K] of the best shape found per dtype
+    interval: dict[str, list[float]] = field(default_factory=dict)  # [min, max] TFLOP/s of the best shape's rounds
+    search: dict[str, list[list[float]]] = field(default_factory=dict)  # [M, N, K, TFLOP/s (median call)] per shape
+    seconds: dict[str, float] = field(default_factory=dict)     # wall seconds the search of each dtype took
+    method: str = ""                                            # how each call was timed
 
     def spread(self, dtype: str) -> float | None:
         """(best - worst) / best over the sustained rounds of `dtype`."""
         r = self.rounds.get(dtype)
         return (max(r) - min(r)) / max(r) if r and max(r) > 0 else None
+
+    def shape_name(self, dtype: str) -> str:
+        """The best shape of `dtype` as MxNxK, or the cube size where no search ran."""
+        sh = self.shape.get(dtype)
+        return "x".join(str(int(v)) for v in sh) if sh else f"{self.matmul_size}³"
 
     def best_round(self, dtype: str) -> tuple[float, float, float] | None:
         """(TFLOP/s, lo, hi) of the best sustained round of `dtype`, lo and hi a 95% confidence interval for its
@@ -57,19 +69,23 @@ class MeasuredPeaks:
     def _repr_html_(self) -> str:
         def extra(k: str) -> str:
             bits = []
-            if self.spread(k) is not None:
-                bits.append(f"rounds spread {sig(100 * self.spread(k), 2)}%")
+            if k in self.interval:
+                lo, hi = self.interval[k]
+                bits.append(f"rounds {lo:,.1f}..{hi:,.1f} TFLOP/s")
+            if k in self.search:
+                bits.append(f"{len(self.search[k])} shapes searched in {self.seconds.get(k, 0):.0f} s")
             if k in self.sm_clock_mhz:
                 bits.append(f"SM clock {self.sm_clock_mhz[k]:,.0f} MHz")
             if k in self.power_w:
                 bits.append(f"{self.power_w[k]:,.0f} W")
             return ", ".join(bits)
-        rows = "".join(f"<tr><td>{k.upper()} matmul</td><td>{si(v * 1e12, 'FLOP/s')}</td>"
+        rows = "".join(f"<tr><td>{k.upper()} matmul {self.shape_name(k)}</td><td>{si(v * 1e12, 'FLOP/s')}</td>"
                        f"<td><small>{extra(k)}</small></td></tr>" for k, v in self.tflops.items())
         if self.copy_gbs:
             rows += f"<tr><td>device copy</td><td>{si(self.copy_gbs * 1e9, 'B/s')}</td></tr>"
         notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return (f"<b>Measured on {self.device}</b> (matmul {self.matmul_size}³)<table>{rows}</table>"
+        return (f"<b>Measured on {self.device}</b> (best matmul shape of each dtype's search, median of its rounds)"
+                f"<table>{rows}</table>"
                 + (f"<ul>{notes}</ul>" if notes else ""))
 
 
@@ -95,6 +111,215 @@ def _matmul_fn(n: int, dtype: str, device: torch.device):
     a = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
     b = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
     return lambda: a @ b
+
+
+Shape = tuple[int, int, int]  # (M, N, K): an M×K matrix times a K×N one
+TimeCalls = Callable[[Shape, int], Sequence[float]]  # seconds of each of n calls of one shape
+
+METHOD = ("each call timed alone (CUDA events around it, after a write that evicts the L2 cache and a rewrite of "
+          "the output, as mamf-finder times it); a shape's rate is its median call; a round is one such median")
+
+
+def search_shapes(size: int, *, m_step: int | None = None, m_stop: int | None = None,
+                  cube: bool = True) -> list[Shape]:
+    """The shapes a peak search times: M from m_step up to m_stop at N = K = size, then (2·size)³.
+
+    At size 4096 the defaults are mamf-finder's quick range (`--m_range 0 20480 256 --n 4096 --k 4096`) plus 8192³.
+    """
+    positive_int("size", size)
+    m_step = m_step or max(1, size // 16)
+    m_stop = m_stop or 5 * size
+    positive_int("m_step", m_step)
+    shapes = [(m, size, size) for m in range(m_step, m_stop, m_step)]
+    if cube:
+        shapes.append((2 * size,) * 3)
+    if not shapes:
+        raise ValueError(f"m_step={m_step} and m_stop={m_stop} leave no shape to search")
+    return shapes
+
+
+def shape_flops(shape: Shape) -> int:
+    """FLOPs of one (M, N, K) matmul: 2·M·N·K."""
+    m, n, k = shape
+    return 2 * m * n * k
+
+
+def _median(xs: Sequence[float]) -> float:
+    v = sorted(xs)
+    h = len(v) // 2
+    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2
+
+
+def median_interval(xs: Sequence[float]) -> tuple[float, float]:
+    """A distribution-free 95% confidence interval for the median of `xs` (order statistics; the range below 6)."""
+    v = sorted(xs)
+    n = len(v)
+    if n < 6:
+        return v[0], v[-1]
+    half = 1.96 * math.sqrt(n) / 2
+    return v[max(0, math.floor(n / 2 - half))], v[min(n - 1, math.ceil(n / 2 + half) - 1)]
+
+
+@dataclass
+class ShapeSearch:
+    """What a peak search found: each shape's rate, the best shapes' rounds, the winner and how long it took."""
+
+    rows: list[list[float]]                   # [M, N, K, TFLOP/s of the median call] per shape, in search order
+    rounds: dict[Shape, list[float]]          # TFLOP/s of each round of the shapes re-measured
+    round_intervals: dict[Shape, list[list[float]]]  # [lo, hi] TFLOP/s per round: 95% for its median call
+    best: Shape
+    search_s: float
+    rounds_s: float
+
+    @property
+    def tflops(self) -> float:
+        """The best shape's rate: the median of its rounds."""
+        return _median(self.rounds[self.best])
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """(min, max) TFLOP/s over the best shape's rounds."""
+        r = self.rounds[self.best]
+        return min(r), max(r)
+
+
+def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s: float, round_s: float,
+                      top: int = 3, rounds: int = 5, warm_calls: int = 3, min_calls: int = 5,
+                      max_calls: int = 100, clock: Callable[[], float] = time.perf_counter,
+                      progress: Callable[[Any], Any] = iter) -> ShapeSearch:
+    """Time every shape briefly, then the `top` fastest again in `rounds` interleaved rounds; the best is the shape
+    with the highest median round.
+
+    `time_calls(shape, n)` runs n calls of the shape and returns each call's seconds. Each shape first gets
+    `warm_calls` untimed calls (its kernel chosen, its memory touched), which also tell how long a call takes; then
+    as many calls as fit in `shape_s` (between `min_calls` and `max_calls`), and its rate is its median call. The
+    rounds are interleaved shape by shape, so a clock that drifts moves every candidate alike; each round times
+    as many calls as fit in `round_s` (at least `min_calls`).
+    """
+    if not shapes:
+        raise ValueError("shapes must name at least one (M, N, K) shape")
+    positive_int("top", top)
+    positive_int("rounds", rounds)
+    positive_int("min_calls", min_calls)
+    t0 = clock()
+    rows, per_call = [], {}
+    for shape in progress(list(shapes)):
+        warm = list(time_calls(shape, warm_calls)) if warm_calls else []
+        guess = _median(warm) if warm else 0.0
+        calls = max(min_calls, min(max_calls, int(shape_s / guess) if guess > 0 else max_calls))
+        t = _median(time_calls(shape, calls))
+        per_call[shape] = t
+        rows.append([*shape, shape_flops(shape) / max(t, 1e-12) / 1e12])
+    t1 = clock()
+    ranked = sorted(per_call, key=lambda sh: shape_flops(sh) / max(per_call[sh], 1e-12), reverse=True)[:top]
+    out_rounds: dict[Shape, list[float]] = {sh: [] for sh in ranked}
+    out_iv: dict[Shape, list[list[float]]] = {sh: [] for sh in ranked}
+    for _ in range(rounds):
+        for sh in ranked:
+            calls = max(min_calls, int(round_s / max(per_call[sh], 1e-12)))
+            times = list(time_calls(sh, calls))
+            f = shape_flops(sh) / 1e12
+            out_rounds[sh].append(f / max(_median(times), 1e-12))
+            lo, hi = median_interval(times)
+            out_iv[sh].append([f / max(hi, 1e-12), f / max(lo, 1e-12)])
+    best = max(ranked, key=lambda sh: _median(out_rounds[sh]))
+    return ShapeSearch(rows, out_rounds, out_iv, best, t1 - t0, clock() - t1)
+
+
+def _shape_timer(dtype: str, device: torch.device, shapes: Sequence[Shape]) -> TimeCalls:
+    """A `time_calls` for `search_best_shape`: nn.Linear's layout (A @ B.T, B stored N×K), operands allocated once
+    per (N, K) at the largest M and sliced; on a GPU each call alone between CUDA events after an L2 eviction."""
+    cuda = device.type == "cuda"
+    if dtype == "fp8" and not (cuda and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")):
+        raise ValueError("dtype='fp8' needs torch._scaled_mm on a CUDA GPU with FP8 tensor cores (sm_89+)")
+    tdt = torch.bfloat16 if dtype == "fp8" else torch_dtype(dtype)
+    operands: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
+    for nk in {(n, k) for _, n, k in shapes}:
+        m_max = max(m for m, n, k in shapes if (n, k) == nk)
+        a = torch.randn(m_max, nk[1], device=device, dtype=tdt)
+        b = torch.randn(nk[0], nk[1], device=device, dtype=tdt)
+        if dtype == "fp8":
+            a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        c = torch.empty(m_max, nk[0], device=device, dtype=tdt)
+        operands[nk] = (a, b, c, torch.randn_like(c) if cuda else c)
+    flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device=device) if cuda else None
+    one = torch.tensor(1.0, device=device)
+
+    def call(shape: Shape) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        m, n, k = shape
+        a, b, c, c_rand = operands[(n, k)]
+        a, bt, c, c_rand = a[:m], b.t(), c[:m], c_rand[:m]
+        if dtype == "fp8":
+            fn = lambda: torch._scaled_mm(a, bt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+        else:
+            fn = lambda: torch.mm(a, bt, out=c)  # noqa: E731
+
+        def reset() -> None:
+            if flush is not None:
+                flush.zero_()      # evict the L2 cache: operands come from memory, as in a model
+                c.copy_(c_rand)    # the output is written for real each call
+        return fn, reset
+
+    def time_calls(shape: Shape, n_calls: int) -> list[float]:
+        fn, reset = call(shape)
+        with torch.no_grad(), float32_matmul_precision("high" if dtype == "tf32" else "highest"):
+            if not cuda:
+                out = []
+                for _ in range(n_calls):
+                    t = time.perf_counter()
+                    fn()
+                    out.append(time.perf_counter() - t)
+                return out
+            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n_calls)]
+            for start, end in ev:
+                reset()
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize(device)
+            return [s.elapsed_time(e) / 1e3 for s, e in ev]
+    return time_calls
+
+
+def search_matmul_peak(dtype: str, device: torch.device | None = None, *, size: int = 4096,
+                       m_step: int | None = None, warm_s: float = 3.0, shape_s: float = 0.06,
+                       round_s: float = 0.2, top: int = 3, rounds: int = 5,
+                       progress: bool = False) -> tuple[ShapeSearch, dict[str, Any]]:
+    """Search matmul shapes for the best sustained rate of `dtype`, as mamf-finder does, and re-measure the best.
+
+    `warm_s` seconds of back-to-back calls of the largest shape first (clocks and power at their steady state),
+    then `search_best_shape` over `search_shapes(size, m_step=m_step)`. Returns the search and the mean SM clock
+    and power seen during it ("sm_clock_mhz", "power_w"; absent without NVML).
+    """
+    dtype = check_dtype(dtype)
+    device = device or get_device().torch_device
+    shapes = search_shapes(size, m_step=m_step)
+    timer = _shape_timer(dtype, device, shapes)
+    biggest = max(shapes, key=shape_flops)
+    t_end = time.perf_counter() + warm_s
+    while True:  # at least one call, so the first timed shape does not pay cuBLAS's set-up
+        timer(biggest, 1)
+        if time.perf_counter() >= t_end:
+            break
+    mon = None
+    if device.type == "cuda":
+        from .monitor import Monitor
+        mon = Monitor(get_device(device.index), poll_s=0.2, gpm=False, cpu=False).start()
+    bar = iter
+    if progress:
+        from tqdm.auto import tqdm
+        bar = lambda xs: tqdm(xs, desc=f"{dtype.upper()} matmul shapes", leave=False)  # noqa: E731
+    try:
+        found = search_best_shape(timer, shapes, shape_s=shape_s, round_s=round_s, top=top, rounds=rounds,
+                                  progress=bar)
+    finally:
+        trace = mon.stop() if mon else None
+    state: dict[str, Any] = {}
+    for metric in ("sm_clock_mhz", "power_w"):
+        v = trace.mean(metric) if trace else None
+        if v is not None:
+            state[metric] = v
+    return found, state
 
 
 def sustained_matmul_tflops(n: int, dtype: str, device: torch.device | None = None, *, warm_s: float = 2.0,
@@ -188,12 +413,16 @@ def _load_run_peaks(path: Path | None, dtypes: tuple[str, ...]) -> MeasuredPeaks
 
 def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, refresh: bool = False,
                   dtypes: tuple[str, ...] = DTYPES, warm_s: float | None = None, rounds: int | None = None,
-                  round_s: float | None = None) -> MeasuredPeaks:
-    """Measure sustained matmul TFLOP/s per dtype and copy bandwidth, once per course run.
+                  round_s: float | None = None, m_step: int | None = None, shape_s: float | None = None,
+                  top: int | None = None) -> MeasuredPeaks:
+    """Search matmul shapes for each dtype's best sustained TFLOP/s, and measure copy bandwidth, once per course run.
 
-    Each dtype is warmed for `warm_s` (2 s on a GPU) to reach the clock and power steady state, then timed
-    in `rounds` rounds; the best round is the peak, and the rounds, SM clock and power are kept. Cached per
-    device in this process and, inside `gpulab run` (GPULAB_RUN_ID set), in a file shared by every notebook.
+    Per dtype, as mamf-finder does: `warm_s` of load (3 s on a GPU), then M from `m_step` to 5·`size` at
+    N = K = `size` (4096 and 256 on a GPU: mamf-finder's quick range) plus (2·size)³, each call timed alone after an
+    L2 eviction; the `top` fastest shapes (3) are timed again in `rounds` interleaved rounds (5 of `round_s`). The
+    peak is the best shape's median round; `interval` keeps its rounds' min and max, `search` every shape's rate.
+    On a CPU: a few tiny shapes. Cached per device in this process and, inside `gpulab run` (GPULAB_RUN_ID set),
+    in a file shared by every notebook.
     """
     device = device or get_device()
     if isinstance(dtypes, str):
@@ -201,7 +430,11 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
     dtypes = tuple(check_dtype(d, name="dtypes") for d in dtypes)
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size <= 0):
         raise ValueError(f"size={size!r} must be a positive int (or None for the default)")
-    n = size or (8192 if device.is_cuda else 512)
+    for name, v in (("rounds", rounds), ("top", top), ("m_step", m_step)):
+        if v is not None:
+            positive_int(name, v)
+    gpu = device.is_cuda
+    n = size or (4096 if gpu else 256)
     key = f"{device.slug}:{device.index}:{n}:{','.join(dtypes)}"
     if key in _PEAK_CACHE and not refresh:
         return _PEAK_CACHE[key]
@@ -209,54 +442,107 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
     if not refresh and (cached := _load_run_peaks(cache_file, dtypes)) is not None:
         _PEAK_CACHE[key] = cached
         return cached
-    warm_s = (2.0 if device.is_cuda else 0.05) if warm_s is None else warm_s
-    rounds = (3 if device.is_cuda else 1) if rounds is None else rounds
-    round_s = (0.5 if device.is_cuda else 0.1) if round_s is None else round_s
-    out = MeasuredPeaks(device=device.name, matmul_size=n, run_id=os.environ.get("GPULAB_RUN_ID", ""))
+    opts = dict(size=n, m_step=m_step or (None if gpu else n),
+                warm_s=(3.0 if gpu else 0.0) if warm_s is None else warm_s,
+                shape_s=(0.06 if gpu else 0.005) if shape_s is None else shape_s,
+                round_s=(0.2 if gpu else 0.01) if round_s is None else round_s,
+                top=(3 if gpu else 2) if top is None else top, rounds=(5 if gpu else 3) if rounds is None else rounds,
+                progress=gpu)
+    out = MeasuredPeaks(device=device.name, matmul_size=n, run_id=os.environ.get("GPULAB_RUN_ID", ""), method=METHOD)
     old = None if refresh else _load_run_peaks(cache_file, ())  # this run's earlier values stay the values
     for d in dtypes:
         if old is not None and d in old.tflops:
-            out.tflops[d], out.rounds[d] = old.tflops[d], old.rounds.get(d, [])
-            for attr in ("round_intervals", "sm_clock_mhz", "power_w"):
-                if d in getattr(old, attr):
-                    getattr(out, attr)[d] = getattr(old, attr)[d]
+            _copy_dtype(old, out, d)
             continue
-        if not device.is_cuda and d in ("tf32", "fp8"):
+        if not gpu and d in ("tf32", "fp8"):
             out.notes.append(f"{d.upper()} skipped: it needs a CUDA GPU with tensor cores")
             continue
-        if device.is_cuda and d == "tf32" and device.capability < (8, 0):
+        if gpu and d == "tf32" and device.capability < (8, 0):
             out.notes.append("TF32 skipped: tensor cores with TF32 arrive with Ampere (sm_80)")
             continue
         if d == "fp8" and device.capability < (8, 9):
             out.notes.append("FP8 skipped: FP8 tensor cores arrive with Ada/Hopper (sm_89+)")
             continue
-        if d == "bf16" and device.is_cuda and not torch.cuda.is_bf16_supported():
+        if d == "bf16" and gpu and not torch.cuda.is_bf16_supported():
             out.notes.append("BF16 skipped: not supported on this GPU")
             continue
         try:
-            r, state = sustained_matmul_tflops(n, d, device.torch_device, warm_s=warm_s, rounds=rounds,
-                                               round_s=round_s)
-            out.tflops[d], out.rounds[d] = max(r), r
-            for attr in ("round_intervals", "sm_clock_mhz", "power_w"):
-                if attr in state:
-                    getattr(out, attr)[d] = state[attr]
+            found, state = search_matmul_peak(d, device.torch_device, **opts)
         except Exception as e:  # an unsupported kernel on some GPU must not stop the others
             out.notes.append(f"{d.upper()} failed: {type(e).__name__}: {e}"[:200])
+            continue
+        _record_search(out, d, found, state)
+        if gpu:
+            torch.cuda.empty_cache()
     out.copy_gbs = old.copy_gbs if old is not None else copy_bandwidth_gbs(
-        (1 << 30) if device.is_cuda else (64 << 20), device.torch_device, min_time_s=1.0 if device.is_cuda else 0.1)
-    if device.is_cuda:
+        (1 << 30) if gpu else (64 << 20), device.torch_device, min_time_s=1.0 if gpu else 0.1)
+    if gpu:
         torch.cuda.empty_cache()
     if cache_file is not None:
         from .results import write_json_atomic
         if old is not None:  # keep what an earlier notebook of this run measured for other dtypes
             for d in old.tflops:
                 if d not in out.tflops:
-                    out.tflops[d], out.rounds[d] = old.tflops[d], old.rounds.get(d, [])
-                    if d in old.round_intervals:
-                        out.round_intervals[d] = old.round_intervals[d]
+                    _copy_dtype(old, out, d)
         try:
             write_json_atomic(cache_file, out.to_dict())
         except OSError as e:
             out.notes.append(f"peaks not shared with the run's other notebooks: {e}")
     _PEAK_CACHE[key] = out
     return out
+
+
+_PER_DTYPE = ("tflops", "rounds", "round_intervals", "sm_clock_mhz", "power_w", "shape", "interval", "search",
+              "seconds")
+
+
+def _copy_dtype(src: MeasuredPeaks, dst: MeasuredPeaks, d: str) -> None:
+    for attr in _PER_DTYPE:
+        if d in getattr(src, attr):
+            getattr(dst, attr)[d] = getattr(src, attr)[d]
+
+
+def _record_search(out: MeasuredPeaks, d: str, found: ShapeSearch, state: dict[str, Any]) -> None:
+    """Store one dtype's search in `out`: the peak, the best shape's rounds and interval, every shape's rate."""
+    out.tflops[d] = found.tflops
+    out.rounds[d] = found.rounds[found.best]
+    out.round_intervals[d] = found.round_intervals[found.best]
+    out.shape[d] = list(found.best)
+    out.interval[d] = list(found.interval)
+    out.search[d] = [[int(m), int(n), int(k), float(f"{t:.5g}")] for m, n, k, t in found.rows]
+    out.seconds[d] = round(found.search_s + found.rounds_s, 2)
+    for attr in ("sm_clock_mhz", "power_w"):
+        if attr in state:
+            getattr(out, attr)[d] = state[attr]
+
+
+def search_figure(peaks: MeasuredPeaks, dtypes: Sequence[str] | None = None, *, colors: dict[str, str] | None = None,
+                  title: str | None = None):
+    """TFLOP/s against M (N = K fixed) for each searched dtype, its best shape marked, the cube shapes as diamonds."""
+    import matplotlib.pyplot as plt
+
+    dtypes = [d for d in (dtypes or list(peaks.search)) if peaks.search.get(d)]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for d in dtypes:
+        rows = peaks.search[d]
+        line = [r for r in rows if r[1] == peaks.matmul_size and r[2] == peaks.matmul_size]
+        other = [r for r in rows if r not in line]
+        color = (colors or {}).get(d)
+        lo, hi = peaks.interval.get(d, [peaks.tflops[d]] * 2)
+        best = peaks.shape.get(d)
+        label = (f"{d.upper()}: best {peaks.tflops[d]:,.4g} TFLOP/s [{lo:,.4g}, {hi:,.4g}] at "
+                 f"{peaks.shape_name(d)}")
+        p = ax.plot([r[0] for r in line], [r[3] for r in line], ".-", ms=3, lw=1, color=color, label=label)[0]
+        ax.plot([r[0] for r in other], [r[3] for r in other], "D", ms=5, color=p.get_color(), mfc="none")
+        if best:
+            ax.errorbar([best[0]], [peaks.tflops[d]], yerr=[[peaks.tflops[d] - lo], [hi - peaks.tflops[d]]],
+                        fmt="*", ms=12, color=p.get_color(), mec="black", capsize=3, zorder=5)
+    n = peaks.matmul_size
+    ax.set_xlabel(f"M (N = K = {n}; diamonds: {2 * n}³)")
+    ax.set_ylabel("TFLOP/s (median call)")
+    ax.set_title(title or f"matmul shape search on {peaks.device}: star = best shape, its rounds' range")
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig

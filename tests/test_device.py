@@ -116,7 +116,7 @@ def test_measure_peaks_is_measured_once_per_run(tmp_path, monkeypatch, cpu_devic
     first = measure_peaks(cpu_device, size=32, dtypes=("fp32",))
     assert first.run_id == "run-1" and first.rounds["fp32"]
     d._PEAK_CACHE.clear()  # a new notebook: a new process
-    monkeypatch.setattr(d, "sustained_matmul_tflops", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-measured")))
+    monkeypatch.setattr(d, "search_matmul_peak", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-measured")))
     monkeypatch.setattr(d, "copy_bandwidth_gbs", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-measured")))
     again = measure_peaks(cpu_device, size=32, dtypes=("fp32",))
     assert again.tflops == first.tflops and again.copy_gbs == first.copy_gbs
@@ -153,8 +153,8 @@ def test_old_peaks_name_warns_and_old_files_still_load():
 
 
 def test_measure_peaks_keeps_each_rounds_interval_and_shares_it_in_the_run(tmp_path, monkeypatch, cpu_device):
-    """Each sustained round keeps a 95% interval for its median, so a claim can be judged on the best round alone;
-    the peak and the rounds other notebooks read stay the medians."""
+    """Each round of the best shape keeps a 95% interval for its median call; the peak is the median round, its
+    interval the rounds' range, and the next notebook of the run reads the same."""
     import gpulab.peaks as d
 
     monkeypatch.setenv("GPULAB_RUN_ID", "run-iv")
@@ -163,7 +163,8 @@ def test_measure_peaks_keeps_each_rounds_interval_and_shares_it_in_the_run(tmp_p
     p = measure_peaks(cpu_device, size=32, dtypes=("fp32",), rounds=3)
     r, iv = p.rounds["fp32"], p.round_intervals["fp32"]
     assert len(iv) == len(r) == 3 and all(lo <= x <= hi for x, (lo, hi) in zip(r, iv))
-    assert p.tflops["fp32"] == max(r) and p.best_round("fp32")[0] == max(r)
+    assert min(r) <= p.tflops["fp32"] <= max(r) and p.interval["fp32"] == [min(r), max(r)]
+    assert p.best_round("fp32")[0] == max(r) and len(p.shape["fp32"]) == 3 and p.search["fp32"]
     d._PEAK_CACHE.clear()  # the next notebook of the run reads the same intervals
     assert measure_peaks(cpu_device, size=32, dtypes=("fp32",)).round_intervals == p.round_intervals
     assert d.MeasuredPeaks(device="x", rounds={"fp32": [1.0]}).best_round("fp32") is None

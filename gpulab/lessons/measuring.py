@@ -180,23 +180,21 @@ def target_mem(opt_trace: Any, run_big: Any) -> Evidence:
 
 
 def raw_matmul(device: Any, peaks: Any, dtype: str) -> Evidence:
-    """The best sustained matmul round over the datasheet peak: "achievable" asks whether the device reaches it,
-    so the interval is that round's (95% for its median time), not the range of all rounds, which asks whether
-    every round does and only widens as rounds are added. Every round is listed in the note."""
+    """The best matmul shape the peak search found, over the datasheet peak: its median round, the interval the
+    range of its rounds (min..max), so a verdict stands only where every round agrees. Every round is in the note."""
     ds = device.datasheet_tflops(dtype)
     if not (device.is_cuda and ds and dtype in peaks.tflops):
         return None, "needs a CUDA GPU with a datasheet peak; on a CPU there is no tensor-core peak to compare with"
-    best, rounds = peaks.tflops[dtype], peaks.rounds.get(dtype) or [peaks.tflops[dtype]]
+    rate, rounds = peaks.tflops[dtype], peaks.rounds.get(dtype) or [peaks.tflops[dtype]]
+    lo, hi = (peaks.interval.get(dtype) if getattr(peaks, "interval", None) else None) or (min(rounds), max(rounds))
+    lo, hi = min(lo, rate), max(hi, rate)
     each = ", ".join(pct(100 * r / ds, 1) for r in rounds)
-    head = (f"{peaks.matmul_size}³ {dtype} matmul, sustained: {si(best * 1e12, 'FLOP/s')} of "
-            f"{si(ds * 1e12, 'FLOP/s')} (datasheet); rounds {each}")
-    top = peaks.best_round(dtype)
-    if top is None:  # peaks from a version that kept no round intervals: the range of the rounds, as it was judged then
-        lo, hi = min(rounds + [best]), max(rounds + [best])
-        return Estimate(100 * best / ds, 100 * lo / ds, 100 * hi / ds), f"{head}; interval: the range of the rounds"
-    _, lo, hi = top
-    return Estimate(100 * best / ds, 100 * lo / ds, 100 * hi / ds), (
-        f"{head}; judged on the best round ('achievable'), interval: 95% for its median")
+    searched = len(getattr(peaks, "search", {}).get(dtype, []))
+    where = (f"best of {searched} shapes searched: {peaks.shape_name(dtype)} (MxNxK)" if searched
+             else f"{peaks.matmul_size}³")
+    return Estimate(100 * rate / ds, 100 * lo / ds, 100 * hi / ds), (
+        f"{dtype.upper()} matmul, {where}: {si(rate * 1e12, 'FLOP/s')} (median of {len(rounds)} rounds) of "
+        f"{si(ds * 1e12, 'FLOP/s')} (datasheet); rounds {each}; interval: the range of the rounds")
 
 
 def good_training(opt_mfu: Estimate | None, opt_step: Any, eager: Any, note: str) -> Evidence:

@@ -185,13 +185,16 @@ def roofline(sweep: Any, peaks: Any, dtype: str, title: str) -> str:
             "| --- | --- | --- | --- | --- | --- |\n" + "\n".join(rows))
 
 
-def dtype_table(times: dict[str, Any], flops: float) -> str:
-    """Each dtype's matmul time and FLOP/s, and its speed over FP32 (TF32 off) and over TF32 (markdown)."""
+def dtype_table(times: dict[str, Any], flops: float, names: dict[str, str] | None = None) -> str:
+    """Each dtype's matmul time and FLOP/s, and its speed over FP32 (TF32 off) and over TF32 (markdown); `names`
+    relabels a row (the `tf32` side run with TF32 off, say)."""
+    names = names or {}
     base = {b: times[b].median for b in ("fp32", "tf32") if b in times}
-    rows = [f"| {d.upper()} | {si(m.median, 's')} | {si(flops / m.median, 'FLOP/s')} | "
+    rows = [f"| {names.get(d, d.upper())} | {si(m.median, 's')} | {si(flops / m.median, 'FLOP/s')} | "
             + " | ".join(ratio(base[b] / m.median) if b in base else "n/a" for b in ("fp32", "tf32")) + " |"
             for d, m in times.items()]
-    return ("| dtype | time (median) | achieved | over FP32 (TF32 off) | over TF32 |\n| --- | --- | --- | --- | --- |\n"
+    return (f"| dtype | time (median) | achieved | over FP32 (TF32 off) | over {names.get('tf32', 'TF32')} |\n"
+            "| --- | --- | --- | --- | --- |\n"
             + "\n".join(rows))
 
 
