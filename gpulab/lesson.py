@@ -239,6 +239,10 @@ class Lesson:
             host["launch_us_end"] = now["launch_us"]
         return self.result.save()
 
+    def __repr__(self) -> str:  # the dataclass's would print the whole reference result
+        return (f"Lesson({self.name!r}, {'smoke' if self.small else 'full'} sizes, {self.device.name}, "
+                f"{len(self.claims)} claims, reference: {'yes' if self.reference else 'none'})")
+
     def _repr_html_(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         banner = "" if self.gpu else (

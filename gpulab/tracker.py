@@ -497,14 +497,14 @@ def read_csv(path: str | Path) -> list[StepRecord]:
                 raise ValueError(f"{where}: the row is cut short (no {', '.join(cut)}): was the file copied while "
                                  "the tracker wrote it?")
             vals: dict[str, Any] = {}
-            for k, v in row.items():
-                k = "gpu_ms" if k == "step_ms" else k
+            for column, v in row.items():
+                k = "gpu_ms" if column == "step_ms" else column
                 if k not in names:
                     continue
                 try:
                     vals[k] = int(v) if k in _INT_COLUMNS else (None if v == "" else float(v))
                 except ValueError:
-                    raise ValueError(f"{where}: {k}={v!r} is not a number") from None
+                    raise ValueError(f"{where}: {column}={v!r} is not a number") from None
             if vals.get("gpu_ms") is None:
                 raise ValueError(f"{where}: no step time (gpu_ms or step_ms is empty)")
             out.append(StepRecord(**vals))
