@@ -199,6 +199,13 @@ def default_workers(cpu_count: int | None = None) -> list[int]:
     return out if out[-1] == n else out + [n]
 
 
+def sweep_workers(cores: int, batches: int) -> list[int]:
+    """tune_dataloader's default worker counts: 0, 1, half the cores and all of them, none above the batches timed
+    (a worker loads whole batches: more workers than batches have nothing to do)."""
+    counts = {0, 1, max(1, cores // 2), cores}
+    return sorted(w for w in counts if w <= max(1, batches))
+
+
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
@@ -230,11 +237,16 @@ class _EpochSampler(Sampler[int]):
 
 def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, batch_size: int,
                     device: Any = None, workers: Sequence[int] | None = None,
-                    pin_memory: bool | Sequence[bool] = (False, True), prefetch_factor: int | Sequence[int] = (2, 4),
-                    persistent_workers: bool | Sequence[bool] = (False, True), batches: int = 20,
+                    pin_memory: bool | Sequence[bool] = (False, True), prefetch_factor: int | Sequence[int] = 2,
+                    persistent_workers: bool | Sequence[bool] = True, batches: int | None = None,
                     warmup_batches: int = 2, progress: bool = True, multiprocessing_context: Any = None,
                     seed: int = 0) -> DataLoaderTuning:
     """Time `model_step(x, y)` fed by a DataLoader under each combination of settings; return them all.
+
+    The defaults scale to the dataset and stay few: `batches` is one pass over the dataset (2 to 20 batches),
+    `workers` 0, 1, half and all of the usable cores (none above `batches`), with the guide's prefetch_factor=2 and
+    persistent_workers=True, and pin_memory both ways on CUDA: 3 settings on a 2-core CPU. Give tuples to sweep
+    more (persistent_workers=(False, True) shows what each epoch's worker start-up costs).
 
     Each setting runs a warm-up epoch of `warmup_batches`, then a timed epoch of `batches`: the timed epoch
     starts with `iter(loader)`, so it pays the worker start-up that every epoch pays unless the workers are
@@ -244,11 +256,14 @@ def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, 
     workers; pin_memory=True only with CUDA.
     """
     _check_int("batch_size", batch_size, 1)
-    _check_int("batches", batches, 1)
+    if batches is not None:
+        _check_int("batches", batches, 1)
     _check_int("warmup_batches", warmup_batches, 0)
     if not callable(model_step):
         raise ValueError("model_step must be callable as model_step(x, y)")
-    workers = list(default_workers() if workers is None else _as_tuple(workers))
+    if batches is None:
+        batches = min(20, max(2, len(dataset) // batch_size))  # one pass over the data, 2 to 20 batches
+    workers = list(sweep_workers(usable_cores(), batches) if workers is None else _as_tuple(workers))
     for w in workers:
         _check_int("workers", w, 0)
     prefetch = tuple(dict.fromkeys(_as_tuple(prefetch_factor)))
