@@ -281,7 +281,9 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None 
     schema in `gpulab.params` (the smoke size with SMOKE=True or without a CUDA GPU, else the full size), or from
     `full=` / `smoke=` for a notebook of your own that has no schema. The result is written back into the
     namespace, so later cells use it by name, then every parameter is checked (a wrong type or range stops here,
-    naming the parameter). The result JSON records the sizes used and which of them the reader gave.
+    naming the parameter). The result JSON records the sizes used and which of them the reader gave; `save()`
+    writes it to $GPULAB_RESULTS/<device>/<name>.json, or without that variable to data/results/<device>/ in the
+    gpulab checkout.
     """
     from .params import SCHEMAS, check_params
 
