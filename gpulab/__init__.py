@@ -29,7 +29,7 @@ _WHERE = {
     "ProfileSummary": "profiling", "find_syncs": "profiling", "nvtx_range": "profiling", "profile": "profiling",
     "NotebookResult": "results", "load_reference": "results", "load_result": "results", "reference_view": "results",
     "Measurement": "timing", "Speedup": "timing", "benchmark": "timing", "speedup": "timing",
-    "StepTracker": "tracker", "read_csv": "tracker", "track": "tracker",
+    "StepTracker": "tracker", "read_csv": "tracker", "track": None,
     "StepMemoryProfile": "traces", "TimeBreakdown": "traces", "step_memory": "traces", "time_breakdown": "traces",
     "check_params": "params",
     "plots": "display.plots", "widgets": "display.widgets",
@@ -72,7 +72,9 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     """A public name, or a submodule (`gl.results`, `gl.lessons`), loaded on first use and kept."""
-    if name in _WHERE:
+    if name == "track":
+        value = _track()
+    elif name in _WHERE:
         where = _WHERE[name]
         module = importlib.import_module(f".{where or name}", __name__)
         value = module if where is None or where.startswith("display.") else getattr(module, name)
@@ -91,6 +93,21 @@ def __getattr__(name: str) -> Any:
             raise AttributeError(f"module 'gpulab' has no attribute {name!r}") from None
     globals()[name] = value
     return value
+
+
+def _track() -> Any:
+    """gpulab.tracker.track, with `plot=True` turned into gpulab's figure (the core tracker draws nothing itself)."""
+    import functools
+
+    from .tracker import track
+
+    @functools.wraps(track)  # help(gl.track) shows track's real signature
+    def with_figure(**kwargs: Any) -> Any:
+        if kwargs.get("plot") is True:  # the display layer loads only when a figure is asked for
+            from .display.plots import tracker_figure
+            kwargs["plot"] = tracker_figure
+        return track(**kwargs)
+    return with_figure
 
 
 def __dir__() -> list[str]:

@@ -192,18 +192,9 @@ def _as_tuple(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def default_workers(cpu_count: int | None = None) -> list[int]:
-    """0, 1, 2, 4, ... up to the CPU count (the count itself included)."""
-    n = cpu_count or usable_cores()
-    out = [0] + [2**i for i in range(n.bit_length()) if 2**i <= n]
-    return out if out[-1] == n else out + [n]
-
-
 def sweep_workers(cores: int, batches: int) -> list[int]:
-    """tune_dataloader's default worker counts: 0, 1, half the cores and all of them, none above the batches timed
-    (a worker loads whole batches: more workers than batches have nothing to do)."""
-    counts = {0, 1, max(1, cores // 2), cores}
-    return sorted(w for w in counts if w <= max(1, batches))
+    """tune_dataloader's default workers: 0, 1, half and all the cores, none above the batches timed (idle workers)."""
+    return sorted(w for w in {0, 1, max(1, cores // 2), cores} if w <= max(1, batches))
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -243,26 +234,20 @@ def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, 
                     seed: int = 0) -> DataLoaderTuning:
     """Time `model_step(x, y)` fed by a DataLoader under each combination of settings; return them all.
 
-    The defaults scale to the dataset and stay few: `batches` is one pass over the dataset (2 to 20 batches),
-    `workers` 0, 1, half and all of the usable cores (none above `batches`), with the guide's prefetch_factor=2 and
-    persistent_workers=True, and pin_memory both ways on CUDA: 3 settings on a 2-core CPU. Give tuples to sweep
-    more (persistent_workers=(False, True) shows what each epoch's worker start-up costs).
-
     Each setting runs a warm-up epoch of `warmup_batches`, then a timed epoch of `batches`: the timed epoch
     starts with `iter(loader)`, so it pays the worker start-up that every epoch pays unless the workers are
     persistent. Batches reach `model_step` already on `device` (copied with non_blocking=True, which is
     asynchronous only from pinned memory). The clock is read after a synchronize. `cpu_percent` is the whole
     host's CPU use during the timed epoch (psutil). prefetch_factor and persistent_workers only apply with
-    workers; pin_memory=True only with CUDA.
+    workers; pin_memory=True only with CUDA. The defaults scale to the dataset: one pass over it (2-20 `batches`),
+    `sweep_workers` workers, the guide's prefetch_factor=2 and persistent workers: 3 settings on a 2-core CPU.
     """
     _check_int("batch_size", batch_size, 1)
-    if batches is not None:
-        _check_int("batches", batches, 1)
+    _check_int("batches", 1 if batches is None else batches, 1)
     _check_int("warmup_batches", warmup_batches, 0)
     if not callable(model_step):
         raise ValueError("model_step must be callable as model_step(x, y)")
-    if batches is None:
-        batches = min(20, max(2, len(dataset) // batch_size))  # one pass over the data, 2 to 20 batches
+    batches = batches or min(20, max(2, len(dataset) // batch_size))  # one pass over the data, 2 to 20 batches
     workers = list(sweep_workers(usable_cores(), batches) if workers is None else _as_tuple(workers))
     for w in workers:
         _check_int("workers", w, 0)

@@ -175,8 +175,7 @@ class StepTracker:
 
     def __repr__(self) -> str:
         state = "running" if self._started else "stopped" if self._stopped else "not started"
-        return (f"StepTracker({state}, {self._n} steps, {len(self._raw)} records read, timer={self.timer!r}, "
-                f"every={self.every})")
+        return f"StepTracker({state}, {self._n} steps, {len(self._raw)} records read, {self.timer}, every={self.every})"
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> StepTracker:
@@ -403,10 +402,8 @@ class StepTracker:
 
     # -- results --------------------------------------------------------------------------------------
     def summary(self, skip: int = 0) -> dict[str, Any]:
-        """Medians over the measured steps (after the first `skip` records), with the GPU time's quartiles.
-
-        `steps` counts every step marked after the skipped records; `timed_steps` those the medians cover (fewer
-        only while the tracker runs: the last steps wait for the GPU, or for their window to close)."""
+        """Medians over the measured steps (after the first `skip` records), with the GPU time's quartiles. `steps` counts
+        every step marked; `timed_steps` those read (fewer only while it runs: the last wait for the GPU or window)."""
         notes = list(self.notes)
         if self._started:
             self._drain(block=False)  # whatever the GPU has finished; never waits
@@ -451,10 +448,7 @@ def track(*, flops_per_step: float | None = None, items_per_step: float | None =
           clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print) -> StepTracker:
     """A `StepTracker` for your loop (its arguments are StepTracker's); use it as a context manager and call `.step()`.
 
-    `plot=True` draws gpulab's live figure in Jupyter (the display layer loads only then)."""
-    if plot is True:
-        from .display.plots import tracker_figure
-        plot = tracker_figure
+    `gl.track(plot=True)` draws gpulab's live figure in Jupyter (the display layer loads only then)."""
     return StepTracker(flops_per_step=flops_per_step, items_per_step=items_per_step, item_name=item_name, dtype=dtype,
                        peak_tflops=peak_tflops, peak_name=peak_name, log_every=log_every, csv_path=csv_path,
                        tensorboard=tensorboard, peaks=peaks, plot=plot, plot_every_s=plot_every_s, monitor=monitor,
@@ -472,14 +466,9 @@ def _check_csv_header(path: Path, fields_: tuple[str, ...]) -> None:
                          f"tracker's ({', '.join(fields_)}): give a new file or delete that one")
 
 
-_INT_COLUMNS = ("step", "steps")
-
-
 def read_csv(path: str | Path) -> list[StepRecord]:
-    """The step records a tracker wrote to `path` (empty cells read back as None, a CPU's `step_ms` as `gpu_ms`).
-
-    A row cut short (a file copied while being written) or a value that is not a number raises ValueError naming
-    the file and the line."""
+    """The step records a tracker wrote to `path` (empty cells read back as None, a CPU's `step_ms` as `gpu_ms`); a row
+    cut short or a value that is not a number raises ValueError naming the file and the line."""
     names = {f.name for f in fields(StepRecord)}
     out = []
     with open(path, newline="") as f:
@@ -492,17 +481,15 @@ def read_csv(path: str | Path) -> list[StepRecord]:
             where = f"{path}, line {reader.line_num}"
             if None in row:
                 raise ValueError(f"{where}: {len(header) + len(row[None])} values for {len(header)} columns")
-            cut = [k for k, v in row.items() if v is None]
-            if cut:
+            if cut := [k for k, v in row.items() if v is None]:
                 raise ValueError(f"{where}: the row is cut short (no {', '.join(cut)}): was the file copied while "
                                  "the tracker wrote it?")
             vals: dict[str, Any] = {}
             for column, v in row.items():
-                k = "gpu_ms" if column == "step_ms" else column
-                if k not in names:
+                if (k := "gpu_ms" if column == "step_ms" else column) not in names:
                     continue
                 try:
-                    vals[k] = int(v) if k in _INT_COLUMNS else (None if v == "" else float(v))
+                    vals[k] = int(v) if k in ("step", "steps") else (None if v == "" else float(v))
                 except ValueError:
                     raise ValueError(f"{where}: {column}={v!r} is not a number") from None
             if vals.get("gpu_ms") is None:

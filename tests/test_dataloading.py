@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpulab.dataloading import CUDAPrefetcher, DataLoaderTuning, default_workers, tune_dataloader
+from gpulab.dataloading import CUDAPrefetcher, DataLoaderTuning, sweep_workers, tune_dataloader
 from gpulab.workloads import SyntheticImageDataset
 
 
@@ -54,9 +54,9 @@ def test_tune_dataloader_rejects_bad_input_before_any_work(kwargs, name):
 
 
 def test_default_workers():
-    assert default_workers(1) == [0, 1]
-    assert default_workers(6) == [0, 1, 2, 4, 6]
-    assert default_workers(16) == [0, 1, 2, 4, 8, 16]
+    assert sweep_workers(1, 20) == [0, 1]
+    assert sweep_workers(6, 20) == [0, 1, 3, 6]
+    assert sweep_workers(16, 20) == [0, 1, 8, 16]
 
 
 def test_image_dataset_works_in_spawned_workers(tmp_path):
