@@ -9,24 +9,49 @@
 
 Every public name, with its one-line summary: docs/API.md.
 """
-from typing import Any
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-from . import flops
-from .batchsize import BatchSizeSearch, find_max_batch_size
-from .claims import Claim, Estimate, claims_table_html, interval_of
-from .dataloading import CUDAPrefetcher, DataLoaderTuning, tune_dataloader
-from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
-from .experiment import Comparison, RunResult, before_after, measure
-from .flops import count_flops, mfu
-from .lesson import ClaimSpec, Lesson, lesson
-from .monitor import Monitor, Trace, watch
-from .peaks import MeasuredPeaks, measure_peaks
-from .profiling import ProfileSummary, find_syncs, nvtx_range, profile
-from .results import NotebookResult, load_reference, load_result, reference_view
-from .timing import Measurement, Speedup, benchmark, speedup
-from .tracker import StepTracker, read_csv
-from .tracker import track as _track
-from .traces import StepMemoryProfile, TimeBreakdown, step_memory, time_breakdown
+# Every public name and the module it lives in. They load on first use (PEP 562), so that `import gpulab`, and
+# `python -m gpulab --help`, do not wait for torch; `from gpulab import X` and `gl.X` work as with plain imports.
+_WHERE = {
+    "flops": None, "count_flops": "flops", "mfu": "flops",
+    "BatchSizeSearch": "batchsize", "find_max_batch_size": "batchsize",
+    "Claim": "claims", "Estimate": "claims", "claims_table_html": "claims", "interval_of": "claims",
+    "CUDAPrefetcher": "dataloading", "DataLoaderTuning": "dataloading", "tune_dataloader": "dataloading",
+    "DeviceInfo": "device", "float32_matmul_precision": "device", "get_device": "device", "lookup_peaks": "device",
+    "Comparison": "experiment", "RunResult": "experiment", "before_after": "experiment", "measure": "experiment",
+    "ClaimSpec": "lesson", "Lesson": "lesson", "lesson": "lesson",
+    "Monitor": "monitor", "Trace": "monitor", "watch": "monitor",
+    "MeasuredPeaks": "peaks", "measure_peaks": "peaks",
+    "ProfileSummary": "profiling", "find_syncs": "profiling", "nvtx_range": "profiling", "profile": "profiling",
+    "NotebookResult": "results", "load_reference": "results", "load_result": "results", "reference_view": "results",
+    "Measurement": "timing", "Speedup": "timing", "benchmark": "timing", "speedup": "timing",
+    "StepTracker": "tracker", "read_csv": "tracker", "track": None,
+    "StepMemoryProfile": "traces", "TimeBreakdown": "traces", "step_memory": "traces", "time_breakdown": "traces",
+    "check_params": "params",
+    "plots": "display.plots", "widgets": "display.widgets",
+}
+
+if TYPE_CHECKING:  # what an editor and a type checker see
+    from . import flops
+    from .batchsize import BatchSizeSearch, find_max_batch_size
+    from .claims import Claim, Estimate, claims_table_html, interval_of
+    from .dataloading import CUDAPrefetcher, DataLoaderTuning, tune_dataloader
+    from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
+    from .experiment import Comparison, RunResult, before_after, measure
+    from .flops import count_flops, mfu
+    from .lesson import ClaimSpec, Lesson, lesson
+    from .monitor import Monitor, Trace, watch
+    from .params import check_params
+    from .peaks import MeasuredPeaks, measure_peaks
+    from .profiling import ProfileSummary, find_syncs, nvtx_range, profile
+    from .results import NotebookResult, load_reference, load_result, reference_view
+    from .timing import Measurement, Speedup, benchmark, speedup
+    from .tracker import StepTracker, read_csv, track
+    from .traces import StepMemoryProfile, TimeBreakdown, step_memory, time_breakdown
 
 __all__ = [
     "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
@@ -45,29 +70,57 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def track(**kwargs: Any) -> StepTracker:
-    """A `StepTracker` for your loop (see its arguments); `plot=True` draws gpulab's live figure in Jupyter."""
-    if kwargs.get("plot") is True:  # the display layer loads only when a figure is asked for
-        from .display.plots import tracker_figure
-        kwargs["plot"] = tracker_figure
-    return _track(**kwargs)
-
-
-def __getattr__(name: str):
-    """Display modules and the course's parameter schemas load on first use: `import gpulab` stays light."""
-    import importlib
-
-    if name in ("plots", "widgets"):
-        return importlib.import_module(f".display.{name}", __name__)
-    if name in ("lessons", "app", "display"):  # subpackages, as attributes
-        return importlib.import_module(f".{name}", __name__)
-    if name == "check_params":  # the notebooks' parameter schemas load on first use
-        return importlib.import_module(".params", __name__).check_params
-    if name == "compare":  # the one deprecated top-level name: gl.speedup says what it returns
+def __getattr__(name: str) -> Any:
+    """A public name, or a submodule (`gl.results`, `gl.lessons`), loaded on first use and kept."""
+    if name == "track":
+        value = _track()
+    elif name in _WHERE:
+        where = _WHERE[name]
+        module = importlib.import_module(f".{where or name}", __name__)
+        value = module if where is None or where.startswith("display.") else getattr(module, name)
+    elif name == "compare":  # the one deprecated top-level name: gl.speedup says what it returns
         import warnings
 
         warnings.warn("gl.compare is deprecated: use gl.speedup (it returns a Speedup)", DeprecationWarning,
                       stacklevel=2)
-        from .timing import speedup
-        return speedup
-    raise AttributeError(f"module 'gpulab' has no attribute {name!r}")
+        return importlib.import_module(".timing", __name__).speedup
+    else:
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'gpulab' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def _track() -> Any:
+    """gpulab.tracker.track, with `plot=True` turned into gpulab's figure (the core tracker draws nothing itself)."""
+    import functools
+
+    from .tracker import track
+
+    @functools.wraps(track)  # help(gl.track) shows track's real signature
+    def with_figure(**kwargs: Any) -> Any:
+        if kwargs.get("plot") is True:  # the display layer loads only when a figure is asked for
+            from .display.plots import tracker_figure
+            kwargs["plot"] = tracker_figure
+        return track(**kwargs)
+    return with_figure
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """gpulab itself. `gl.lesson` is the function: loading the submodule of the same name must not rebind it."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "lesson" and isinstance(value, types.ModuleType):
+            return  # the module stays in sys.modules["gpulab.lesson"], where `from gpulab.lesson import ...` finds it
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -11,6 +11,16 @@ import sys
 from pathlib import Path
 
 
+def cuda_build_note() -> str | None:
+    """One line when this torch is a CUDA build on a machine where no CUDA GPU is usable (the CPU wheel is smaller)."""
+    import torch
+
+    if torch.version.cuda is None or torch.cuda.is_available():
+        return None
+    return (f"torch {torch.__version__} is a CUDA {torch.version.cuda} build and no CUDA GPU is usable here: the CPU "
+            "wheel would save about 5 GB of disk (pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+
+
 def _info(args: argparse.Namespace) -> int:
     from .device import get_device, measure_peaks
     from .monitor import availability
@@ -18,6 +28,9 @@ def _info(args: argparse.Namespace) -> int:
     dev = get_device()
     avail = availability(dev)
     report = {"device": dev.to_dict(), "monitoring": avail}
+    wheel = cuda_build_note()
+    if wheel:
+        report["note"] = wheel
     if args.measure:
         from .dtypes import DTYPES
         dtypes = tuple(args.dtypes.split(",")) if args.dtypes else DTYPES
@@ -38,6 +51,8 @@ def _info(args: argparse.Namespace) -> int:
     elif dev.note:
         print(f"note        {dev.note}")
     print("monitoring  " + "\n            ".join(f"{k:<18} {v}" for k, v in avail.items()))
+    if wheel:
+        print(f"note        {wheel}")
     if args.measure:
         m = report["measured"]
         print(f"measured    copy {m['copy_gbs']:,.0f} GB/s (read + write); matmul TFLOP/s, best shape of each search "
@@ -138,8 +153,9 @@ def _check(args: argparse.Namespace) -> int:
         raise ValueError(f"{folder} cannot be written ({parent} is read-only or not a folder): the check saves its measured peaks "
                          "there; make it writable or set GPULAB_RESULTS to a writable folder")
     smoke, why = choose_smoke(args.smoke, args.full, torch.cuda.is_available())
-    if why:
-        print(why, file=sys.stderr)
+    for line in (why, cuda_build_note()):
+        if line:
+            print(line, file=sys.stderr)
     print_check(run_check(smoke=smoke, progress=True))
     return 0
 

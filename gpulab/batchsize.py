@@ -1,6 +1,6 @@
 """Batch size: find the largest one that fits (and the fastest) and check that gradient accumulation is exact.
 
-    search = find_max_batch_size(lambda b: step(b), start=8, max_batch=1024)   # doubling, then bisection
+    search = find_max_batch_size(lambda b: step(b), max_batch=1024)   # doubling from 1, then bisection
     grad_accumulation_matches(make_model, x, y, loss_fn, micro_batches=4)       # same gradients as one batch
 
 Timing a GPT step at any batch size and reading a sweep (throughput, utilization, memory, the guide's sweet spot)
@@ -44,6 +44,23 @@ class BatchSizeSearch:
     memory_allocated_between_steps: int | None = None
     memory_limit_bytes: int | None = None
     device: str = "cpu"
+    max_batch: int | None = None  # the search's cap
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def capped(self) -> bool:
+        """True when the search stopped at its cap, not at a batch that ran out of memory: larger may fit."""
+        return self.max_batch is not None and self.max_fitting == self.max_batch
+
+    @property
+    def verdict(self) -> str:
+        """One line: the largest batch that fits and the fastest, saying when the search stopped at its cap."""
+        if self.max_fitting is None:
+            return "no batch size fits"
+        line = f"largest that fits {self.max_fitting}"
+        if self.capped:
+            line += f" (stopped at the cap max_batch={self.max_batch}; larger may fit)"
+        return line + (f", fastest {self.best_throughput}" if self.best_throughput is not None else "")
 
     @property
     def memory_recovered(self) -> bool | None:
@@ -68,8 +85,7 @@ class BatchSizeSearch:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def __repr__(self) -> str:
-        return (f"BatchSizeSearch(max_fitting={self.max_fitting}, best_throughput={self.best_throughput}, "
-                f"tried={[r['batch_size'] for r in self.tried]}, device={self.device!r})")
+        return (f"BatchSizeSearch({self.verdict}; tried {[r['batch_size'] for r in self.tried]} on {self.device})")
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{_HEADS.get(k, k.replace('_', ' '))}</th>" for k in ROW_KEYS)
@@ -83,9 +99,11 @@ class BatchSizeSearch:
         mem = {True: "allocated memory back to its between-steps level",
                False: "allocated memory NOT back to its between-steps level (something holds tensors)",
                None: "memory not tracked (no CUDA)"}[self.memory_recovered]
+        cap = f" (stopped at the cap max_batch={self.max_batch}; larger may fit)" if self.capped else ""
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
         return (f"<div><b>Batch size search</b> on {self.device}{limit}: largest that fits "
-                f"<b>{self.max_fitting}</b>, fastest <b>{self.best_throughput}</b> (highlighted); {mem}"
-                f"<table><tr>{head}</tr>{body}</table></div>")
+                f"<b>{self.max_fitting}</b>{cap}, fastest <b>{self.best_throughput}</b> (highlighted); {mem}"
+                f"<table><tr>{head}</tr>{body}</table>" + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
 
 
 _HEADS = {"batch_size": "batch size", "samples_per_s": "samples/s", "step_ms": "step", "peak_mem_bytes": "peak memory"}
@@ -133,7 +151,15 @@ def is_allocation_failure(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(s in str(exc).lower() for s in CPU_ALLOCATION_FAILURES)
 
 
-def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_batch: int = 4096,
+CUDA_MAX_BATCH = 4096  # the default cap on a GPU; a CPU has none (its memory swaps before it fails)
+BATCHNORM_ONE = "more than 1 value per channel when training"  # BatchNorm's error at batch 1 in training mode
+
+
+def _is_batchnorm_at_one(exc: BaseException, batch: int) -> bool:
+    return batch == 1 and isinstance(exc, ValueError) and BATCHNORM_ONE in str(exc)
+
+
+def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_batch: int | None = None,
                         device: Any = None, memory_limit_bytes: int | None = None,
                         memory_fn: Callable[[int], int] | None = None, measure_throughput: bool = True,
                         timed_steps: int = 3, progress: bool = True) -> BatchSizeSearch:
@@ -142,16 +168,19 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
     `step_fn(batch_size)` runs one full training step (forward, backward, optimizer) at that batch size and
     should drop its own references when it returns (zero_grad(set_to_none=True) at its start helps).
     Out-of-memory is `torch.OutOfMemoryError`, a RuntimeError saying "out of memory", a CPU allocator's
-    failure ("can't allocate memory") or a MemoryError (`is_allocation_failure`). `max_batch` caps the search
-    (4096 by default: raise it for a small model on a big GPU; on a CPU a big batch may swap before it fails). To simulate a smaller
-    device, pass `memory_limit_bytes`: a batch then fails when `memory_fn(batch_size)` exceeds it, or, on CUDA
-    without `memory_fn`, when the step's measured peak allocation does. Each batch that fits is timed
-    (1 warm-up step, then the median of `timed_steps`, synchronized on CUDA).
+    failure ("can't allocate memory") or a MemoryError (`is_allocation_failure`). `max_batch` caps the search: 4096
+    by default on CUDA (raise it for a small model on a big GPU); on a CPU it must be given, since a batch too big for
+    memory swaps for minutes before it fails (or a simulated `memory_limit_bytes` bounds it). A search that reaches
+    the cap says so (`capped`: larger may fit). A model with BatchNorm cannot train at batch 1 (one value per
+    channel): that batch is noted and skipped, and the search goes on from 2. To simulate a smaller device, pass
+    `memory_limit_bytes`: a batch then fails when `memory_fn(batch_size)` exceeds it, or, on CUDA without
+    `memory_fn`, when the step's measured peak allocation does. Each batch that fits is timed (1 warm-up step,
+    then the median of `timed_steps`, synchronized on CUDA).
     """
     for name, v, lo in (("start", start, 1), ("max_batch", max_batch, 1), ("timed_steps", timed_steps, 1)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        if (v is not None or name != "max_batch") and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name}={v!r} must be an integer >= {lo}")
-    if start > max_batch:
+    if max_batch is not None and start > max_batch:
         raise ValueError(f"start={start} must not exceed max_batch={max_batch}")
     if memory_limit_bytes is not None and memory_limit_bytes <= 0:
         raise ValueError(f"memory_limit_bytes={memory_limit_bytes!r} must be positive")
@@ -163,10 +192,16 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
         raise ValueError("memory_fn needs memory_limit_bytes (the simulated limit it is compared with)")
     if memory_limit_bytes is not None and memory_fn is None and not cuda:
         raise ValueError("memory_limit_bytes needs memory_fn off CUDA (there is no allocator to measure)")
+    if max_batch is None:
+        if not cuda and memory_limit_bytes is None:
+            raise ValueError(f"max_batch is needed on {dev.type!r}: a batch too big for a CPU's memory swaps for "
+                             "minutes before it fails; give the largest batch to try, e.g. max_batch=64")
+        max_batch = max(CUDA_MAX_BATCH, start)
 
     _release(dev)
     before = torch.cuda.memory_allocated(dev) if cuda else None
     tried: list[dict[str, Any]] = []
+    notes: list[str] = []
     state: dict[str, int | None] = {"between_steps": None}
     bar = tqdm(desc="batch size search", unit="try", disable=not progress)
 
@@ -182,8 +217,10 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
                 raise SimulatedOutOfMemory(f"simulated out of memory: batch {b} peaked at {peak} bytes "
                                            f"> limit {memory_limit_bytes}")
 
-    def attempt(b: int) -> bool:
+    def attempt(b: int) -> bool | None:
+        """True: batch `b` fits; False: out of memory; None: too small for the model (BatchNorm at batch 1)."""
         row = dict(batch_size=b, fits=False, samples_per_s=None, step_ms=None, peak_mem_bytes=None, error=None)
+        too_small = False
         if cuda:
             torch.cuda.reset_peak_memory_stats(dev)
         try:
@@ -202,6 +239,12 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
                 row["peak_mem_bytes"] = torch.cuda.max_memory_allocated(dev)
                 if state["between_steps"] is None:
                     state["between_steps"] = torch.cuda.memory_allocated(dev)
+        except ValueError as e:
+            if not _is_batchnorm_at_one(e, b):
+                raise
+            row["error"], too_small = "BatchNorm in training mode needs 2 or more samples per batch", True
+            notes.append("batch 1 skipped: the model's BatchNorm cannot train on one sample (it needs more than 1 "
+                         "value per channel); the search went on from 2")
         except (RuntimeError, MemoryError) as e:
             if not is_allocation_failure(e):
                 raise
@@ -212,18 +255,21 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
         tried.append(row)
         bar.update(1)
         bar.set_postfix(batch=b, fits=row["fits"])
-        return row["fits"]
+        return None if too_small else row["fits"]
 
     try:
         good, bad, b = 0, None, start
         while True:  # doubling phase
-            if attempt(b):
+            fits = attempt(b)
+            if fits is None and b < max_batch:  # too small for the model, not too big for memory: go on
+                b += 1
+            elif fits:
                 good = b
                 if b >= max_batch:
                     break
                 b = min(2 * b, max_batch)
             else:
-                bad = b
+                bad = None if fits is None else b
                 break
         while bad is not None and bad - good > 1:  # bisection between the last fit and the first failure
             mid = (good + bad) // 2
@@ -240,7 +286,8 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
     return BatchSizeSearch(max_fitting=good or None, best_throughput=best, tried=tried,
                            memory_allocated_before=before, memory_allocated_after=after,
                            memory_allocated_between_steps=state["between_steps"],
-                           memory_limit_bytes=memory_limit_bytes, device=str(dev))
+                           memory_limit_bytes=memory_limit_bytes, device=str(dev), max_batch=max_batch,
+                           notes=notes)
 
 
 def grad_accumulation_matches(model_fn: Callable[[], torch.nn.Module], x: torch.Tensor, y: torch.Tensor,

@@ -192,11 +192,9 @@ def _as_tuple(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def default_workers(cpu_count: int | None = None) -> list[int]:
-    """0, 1, 2, 4, ... up to the CPU count (the count itself included)."""
-    n = cpu_count or usable_cores()
-    out = [0] + [2**i for i in range(n.bit_length()) if 2**i <= n]
-    return out if out[-1] == n else out + [n]
+def sweep_workers(cores: int, batches: int) -> list[int]:
+    """tune_dataloader's default workers: 0, 1, half and all the cores, none above the batches timed (idle workers)."""
+    return sorted(w for w in {0, 1, max(1, cores // 2), cores} if w <= max(1, batches))
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
@@ -230,8 +228,8 @@ class _EpochSampler(Sampler[int]):
 
 def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, batch_size: int,
                     device: Any = None, workers: Sequence[int] | None = None,
-                    pin_memory: bool | Sequence[bool] = (False, True), prefetch_factor: int | Sequence[int] = (2, 4),
-                    persistent_workers: bool | Sequence[bool] = (False, True), batches: int = 20,
+                    pin_memory: bool | Sequence[bool] = (False, True), prefetch_factor: int | Sequence[int] = 2,
+                    persistent_workers: bool | Sequence[bool] = True, batches: int | None = None,
                     warmup_batches: int = 2, progress: bool = True, multiprocessing_context: Any = None,
                     seed: int = 0) -> DataLoaderTuning:
     """Time `model_step(x, y)` fed by a DataLoader under each combination of settings; return them all.
@@ -241,14 +239,16 @@ def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, 
     persistent. Batches reach `model_step` already on `device` (copied with non_blocking=True, which is
     asynchronous only from pinned memory). The clock is read after a synchronize. `cpu_percent` is the whole
     host's CPU use during the timed epoch (psutil). prefetch_factor and persistent_workers only apply with
-    workers; pin_memory=True only with CUDA.
+    workers; pin_memory=True only with CUDA. The defaults scale to the dataset: one pass over it (2-20 `batches`),
+    `sweep_workers` workers, the guide's prefetch_factor=2 and persistent workers: 3 settings on a 2-core CPU.
     """
     _check_int("batch_size", batch_size, 1)
-    _check_int("batches", batches, 1)
+    _check_int("batches", 1 if batches is None else batches, 1)
     _check_int("warmup_batches", warmup_batches, 0)
     if not callable(model_step):
         raise ValueError("model_step must be callable as model_step(x, y)")
-    workers = list(default_workers() if workers is None else _as_tuple(workers))
+    batches = batches or min(20, max(2, len(dataset) // batch_size))  # one pass over the data, 2 to 20 batches
+    workers = list(sweep_workers(usable_cores(), batches) if workers is None else _as_tuple(workers))
     for w in workers:
         _check_int("workers", w, 0)
     prefetch = tuple(dict.fromkeys(_as_tuple(prefetch_factor)))

@@ -239,6 +239,10 @@ class Lesson:
             host["launch_us_end"] = now["launch_us"]
         return self.result.save()
 
+    def __repr__(self) -> str:  # the dataclass's would print the whole reference result
+        return (f"Lesson({self.name!r}, {'smoke' if self.small else 'full'} sizes, {self.device.name}, "
+                f"{len(self.claims)} claims, reference: {'yes' if self.reference else 'none'})")
+
     def _repr_html_(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
         banner = "" if self.gpu else (
@@ -279,7 +283,9 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None 
     schema in `gpulab.params` (the smoke size with SMOKE=True or without a CUDA GPU, else the full size), or from
     `full=` / `smoke=` for a notebook of your own that has no schema. The result is written back into the
     namespace, so later cells use it by name, then every parameter is checked (a wrong type or range stops here,
-    naming the parameter). The result JSON records the sizes used and which of them the reader gave.
+    naming the parameter). The result JSON records the sizes used and which of them the reader gave; `save()`
+    writes it to $GPULAB_RESULTS/<device>/<name>.json, or without that variable to data/results/<device>/ in the
+    gpulab checkout.
     """
     from .params import SCHEMAS, check_params
 

@@ -123,6 +123,15 @@ def gpt_dict(*, optional: bool = False) -> Param:
                  "a dict of ints: " + ", ".join(GPT_KEYS) + (" or None" if optional else ""))
 
 
+def _run_name(name: str, value: Any) -> str | None:
+    import re
+
+    if value is not None and (not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}", value)):
+        raise ValueError(f"{name}={value!r} must be None or a short name for the result files: 1-40 letters, digits, "
+                         "- and _, starting with a letter or digit (e.g. 'resnet18')")
+    return value
+
+
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _int, _opt_int, _sec, _opt_sec = integer(), integer(optional=True), number(), number(optional=True)
@@ -231,7 +240,8 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           SEQ_LEN=_opt_int.sized(512, smoke=32), IMAGE_SIZE=_opt_int.sized(64, smoke=16),
                           VOCAB=_opt_int.sized(8192, smoke=128), MAX_BATCH=_opt_int.sized(512, smoke=16),
                           TRACK_STEPS=_opt_int.sized(100, smoke=10), TIMELINE_S=_opt_sec.sized(10.0, smoke=2.0),
-                          N_DATA=_opt_int.sized(2048, smoke=64), MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05)),
+                          N_DATA=_opt_int.sized(2048, smoke=64), MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05),
+                          RUN_NAME=Param(_run_name, "None or a short name: letters, digits, - and _")),
 }
 
 

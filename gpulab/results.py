@@ -188,7 +188,7 @@ class NotebookResult:
         return root / self.device.slug / f"{self.notebook}.json"
 
     def save(self, root: Path | str | None = None) -> Path:
-        """Write data/results/<gpu-slug>/<notebook>.json atomically and return its path."""
+        """Write <root or $GPULAB_RESULTS or data/results>/<gpu-slug>/<notebook>.json atomically; return its path."""
         return write_json_atomic(self.path(root), self.to_dict())
 
     def _repr_html_(self) -> str:

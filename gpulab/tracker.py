@@ -34,6 +34,8 @@ from .flops import mfu as _mfu
 from .text import pct, si
 
 CSV_FIELDS = ("step", "steps", "gpu_ms", "host_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active")
+# On a CPU the step's time is the host clock's (the work is synchronous): `step_ms`, no GPU columns.
+HOST_CSV_FIELDS = ("step", "steps", "step_ms", "host_ms", "items_per_s", "tflops", "mfu")
 COST_BUDGET = 0.002  # the tracker keeps its own host time under this share of a step (see `every`)
 MAX_EVERY = 64
 
@@ -84,12 +86,14 @@ class StepTracker:
 
     Args:
         flops_per_step: model FLOPs of one step (from `count_flops` or a formula), for TFLOP/s and MFU.
-        items_per_step: tokens or samples per step, for throughput (`step(items=...)` overrides it per step).
+        items_per_step: samples (or tokens) per step, for throughput (`step(items=...)` overrides it per step).
+        item_name: what an item is, for labels ("samples" by default, as in `gl.before_after`; "tokens" for an LM).
         dtype: the dtype the matmuls run in; picks the device's datasheet dense peak for MFU.
         peak_tflops, peak_name: a peak to use instead and what to call it.
         peaks: measured peaks (`gl.measure_peaks()`): MFU against the measured peak of `dtype`.
         log_every: print one line every N measured steps (0: never).
-        csv_path: append one row per measured step to this CSV file.
+        csv_path: append one row per measured step to this CSV file (on a CPU, whose work is synchronous, the
+            step's time is the host clock's: a `step_ms` column and no GPU columns); `gl.read_csv` reads it back.
         tensorboard: a log directory or a SummaryWriter; scalars under "tracker/".
         plot: draw one figure in Jupyter, updated in place every `plot_every_s` seconds: a function
             tracker -> matplotlib Figure, or True for gpulab's own (`gl.track` supplies it; the core draws nothing).
@@ -100,7 +104,7 @@ class StepTracker:
     """
 
     def __init__(self, *, flops_per_step: float | None = None, items_per_step: float | None = None,
-                 item_name: str = "tokens", dtype: str | None = None, peak_tflops: float | None = None,
+                 item_name: str = "samples", dtype: str | None = None, peak_tflops: float | None = None,
                  peak_name: str = "", log_every: int = 0, csv_path: str | Path | None = None,
                  tensorboard: Any = None, peaks: Any = None, plot: bool | Callable[[Any], Any] = False,
                  plot_every_s: float = 1.0, monitor: Any = None,
@@ -152,6 +156,9 @@ class StepTracker:
         cuda = self.device.is_cuda and event_factory is None
         self.event_factory = event_factory or _default_event_factory(cuda, clock)
         self.timer = "cuda events" if cuda else ("injected events" if event_factory else "host clock")
+        self.csv_fields = HOST_CSV_FIELDS if self.timer == "host clock" else CSV_FIELDS
+        if self.csv_path is not None:
+            _check_csv_header(self.csv_path, self.csv_fields)
         self._records: list[StepRecord] = []
         self._raw: list[tuple[int, float, float, float | None, float | None, float | None, int]] = []
         self._outputs = bool(csv_path or tensorboard is not None or log_every or plot)
@@ -164,13 +171,19 @@ class StepTracker:
         self.every, self._adapt = (every or 1), every is None
         self._since, self._items_acc, self._cost_s = 0, 0.0, 0.0
         self._writer, self._csv, self._display, self._last_plot = None, None, None, -math.inf
-        self._started = False
+        self._started, self._stopped = False, False
+
+    def __repr__(self) -> str:
+        state = "running" if self._started else "stopped" if self._stopped else "not started"
+        return f"StepTracker({state}, {self._n} steps, {len(self._raw)} records read, {self.timer}, every={self.every})"
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self) -> StepTracker:
         """Record the first event: the next `step()` closes step 1."""
         if self._started:
             raise RuntimeError("this tracker is already running; make a new one for a new loop")
+        if self._stopped:
+            raise RuntimeError(self._stopped_message())
         self._started = True
         if self.monitor is True:
             from .monitor import Monitor
@@ -183,6 +196,8 @@ class StepTracker:
     def step(self, items: float | None = None) -> None:
         """Mark the end of a step (and the start of the next). Never waits for the GPU."""
         if not self._started:
+            if self._stopped:
+                raise RuntimeError(self._stopped_message())
             self.start()
         self._n += 1
         self._since += 1
@@ -217,7 +232,9 @@ class StepTracker:
             self.every = max(1, min(MAX_EVERY, math.ceil(self._cost_s / (COST_BUDGET * step_s))))
 
     def stop(self) -> list[StepRecord]:
-        """Wait once for the last step's event, read every pending step, close the outputs."""
+        """Wait once for the last step's event, read every pending step, close the outputs (again: no-op)."""
+        if self._stopped:
+            return self.records
         if not self._started:
             raise RuntimeError("stop() called before start()")
         if self._since:  # the last, partial window
@@ -231,8 +248,12 @@ class StepTracker:
             self._csv = None
         if self._writer is not None:
             self._writer.flush()
-        self._started = False
+        self._started, self._stopped = False, True
         return self.records
+
+    def _stopped_message(self) -> str:
+        return (f"this tracker stopped after {self._n} steps (its with block ended, or stop() was called) and is not "
+                "restarted: its records stay as measured. Make a new one, gl.track(...), for another loop")
 
     def __enter__(self) -> StepTracker:
         return self.start()
@@ -309,7 +330,7 @@ class StepTracker:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
             self._csv = open(self.csv_path, "a", newline="")
-            self._csv_writer = csv.DictWriter(self._csv, fieldnames=CSV_FIELDS)
+            self._csv_writer = csv.DictWriter(self._csv, fieldnames=self.csv_fields, extrasaction="ignore")
             if new:
                 self._csv_writer.writeheader()
         if self._tb_arg is not None:
@@ -329,7 +350,9 @@ class StepTracker:
     def _emit(self, new: list[StepRecord]) -> None:
         for r in new:
             if self._csv is not None:
-                self._csv_writer.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})
+                row = asdict(r)
+                row["step_ms"] = row["gpu_ms"]  # the host clock's column name (only written on a CPU)
+                self._csv_writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
             if self._writer is not None:
                 for k in ("gpu_ms", "items_per_s", "tflops", "mfu", "nvml_util", "gpm_sm_active"):
                     v = getattr(r, k)
@@ -379,51 +402,97 @@ class StepTracker:
 
     # -- results --------------------------------------------------------------------------------------
     def summary(self, skip: int = 0) -> dict[str, Any]:
-        """Medians over the measured steps (after the first `skip`), with the GPU time's quartiles."""
+        """Medians over the measured steps (after the first `skip` records), with the GPU time's quartiles. `steps` counts
+        every step marked; `timed_steps` those read (fewer only while it runs: the last wait for the GPU or window)."""
+        notes = list(self.notes)
+        if self._started:
+            self._drain(block=False)  # whatever the GPU has finished; never waits
+        steps = self._n - sum(r.steps for r in self.records[:skip])
         rs = self.records[skip:]
+        timed = sum(r.steps for r in rs)
+        if self._started and timed < steps:
+            notes.append(f"still running: {steps} steps marked, {timed} read so far; stop() (or the end of the "
+                         "with block) reads the rest")
         if not rs:
-            return {"steps": 0}
+            return {"steps": max(steps, 0), "timed_steps": 0, "records": 0, "running": self._started, "notes": notes}
         med = lambda k: (statistics.median(v) if (v := [getattr(r, k) for r in rs if getattr(r, k) is not None])  # noqa: E731
                          else None)
         gpu = sorted(r.gpu_ms for r in rs)
         q = statistics.quantiles(gpu, n=4, method="inclusive") if len(gpu) > 1 else [gpu[0]] * 3
-        steps = sum(r.steps for r in rs)
         total_s = sum(r.gpu_ms * r.steps for r in rs) / 1e3
-        flops_rate = self.flops * steps / total_s / 1e12 if self.flops and total_s > 0 else None
+        flops_rate = self.flops * timed / total_s / 1e12 if self.flops and total_s > 0 else None
         mfu_window = flops_rate / self.peak_tflops if flops_rate and self.peak_tflops else None
         worst = max([m for m in (med("mfu"), mfu_window) if m is not None], default=None)
         if worst is not None and worst > 1.0:
             warnings.warn(f"tracked MFU {worst:.0%} is over 100% of the {self.peak_name or 'given peak'} "
                           f"({self.peak_tflops} TFLOP/s): the FLOP count per step or the peak is wrong", stacklevel=2)
-        return {"steps": steps, "records": len(rs), "every": self.every,
+        return {"steps": steps, "timed_steps": timed, "records": len(rs), "running": self._started, "every": self.every,
                 "gpu_ms_median": q[1], "gpu_ms_q1": q[0], "gpu_ms_q3": q[2],
                 "host_ms_median": med("host_ms"), "items_per_s_median": med("items_per_s"),
                 "tflops_median": med("tflops"), "mfu_median": med("mfu"),
                 "tflops_window": flops_rate,
                 "mfu_window": mfu_window,
                 "peak_tflops": self.peak_tflops, "peak_name": self.peak_name, "timer": self.timer,
-                "notes": list(self.notes)}
+                "notes": notes}
 
     def to_dict(self) -> dict[str, Any]:
         """The summary and every step record, JSON-ready."""
         return {"summary": self.summary(), "records": [asdict(r) for r in self.records]}
 
 
-def track(**kwargs: Any) -> StepTracker:
-    """A `StepTracker` for your loop (see its arguments); use it as a context manager and call `.step()`."""
-    return StepTracker(**kwargs)
+def track(*, flops_per_step: float | None = None, items_per_step: float | None = None, item_name: str = "samples",
+          dtype: str | None = None, peak_tflops: float | None = None, peak_name: str = "", log_every: int = 0,
+          csv_path: str | Path | None = None, tensorboard: Any = None, peaks: Any = None,
+          plot: bool | Callable[[Any], Any] = False, plot_every_s: float = 1.0, monitor: Any = None,
+          every: int | None = None, device: Any = None, event_factory: Callable[[], Any] | None = None,
+          clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print) -> StepTracker:
+    """A `StepTracker` for your loop (its arguments are StepTracker's); use it as a context manager and call `.step()`.
+
+    `gl.track(plot=True)` draws gpulab's live figure in Jupyter (the display layer loads only then)."""
+    return StepTracker(flops_per_step=flops_per_step, items_per_step=items_per_step, item_name=item_name, dtype=dtype,
+                       peak_tflops=peak_tflops, peak_name=peak_name, log_every=log_every, csv_path=csv_path,
+                       tensorboard=tensorboard, peaks=peaks, plot=plot, plot_every_s=plot_every_s, monitor=monitor,
+                       every=every, device=device, event_factory=event_factory, clock=clock, printer=printer)
+
+
+def _check_csv_header(path: Path, fields_: tuple[str, ...]) -> None:
+    """A tracker appends: refuse a file that holds other columns (another kind of tracker's, or not a tracker's)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+    if tuple(header) != fields_:
+        raise ValueError(f"csv_path={str(path)!r} holds other columns ({', '.join(header) or 'none'}), not this "
+                         f"tracker's ({', '.join(fields_)}): give a new file or delete that one")
 
 
 def read_csv(path: str | Path) -> list[StepRecord]:
-    """The step records a tracker wrote to `path` (empty cells read back as None)."""
-    types = {f.name: f.type for f in fields(StepRecord)}
+    """The step records a tracker wrote to `path` (empty cells read back as None, a CPU's `step_ms` as `gpu_ms`); a row
+    cut short or a value that is not a number raises ValueError naming the file and the line."""
+    names = {f.name for f in fields(StepRecord)}
     out = []
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        if "step" not in header or not {"gpu_ms", "step_ms"} & set(header):
+            raise ValueError(f"{path}: not a step tracker's CSV (its header is {', '.join(header) or 'empty'}; a "
+                             f"tracker writes {', '.join(CSV_FIELDS)} or, on a CPU, {', '.join(HOST_CSV_FIELDS)})")
+        for row in reader:
+            where = f"{path}, line {reader.line_num}"
+            if None in row:
+                raise ValueError(f"{where}: {len(header) + len(row[None])} values for {len(header)} columns")
+            if cut := [k for k, v in row.items() if v is None]:
+                raise ValueError(f"{where}: the row is cut short (no {', '.join(cut)}): was the file copied while "
+                                 "the tracker wrote it?")
             vals: dict[str, Any] = {}
-            for k, v in row.items():
-                if k not in types:
+            for column, v in row.items():
+                if (k := "gpu_ms" if column == "step_ms" else column) not in names:
                     continue
-                vals[k] = int(v) if k in ("step", "steps") else (None if v == "" else float(v))
+                try:
+                    vals[k] = int(v) if k in ("step", "steps") else (None if v == "" else float(v))
+                except ValueError:
+                    raise ValueError(f"{where}: {column}={v!r} is not a number") from None
+            if vals.get("gpu_ms") is None:
+                raise ValueError(f"{where}: no step time (gpu_ms or step_ms is empty)")
             out.append(StepRecord(**vals))
     return out

@@ -71,9 +71,10 @@ GUIDE = NOTEBOOKS.parent.parent / "shared" / "guide"
 
 
 def run_edited(name: str, edits: list[tuple[str, str]], tmp_path: Path, parameters: dict | None = None,
-               ) -> tuple[dict, dict]:
+               result: str | None = None) -> tuple[dict, dict]:
     """Edit a notebook's code as a reader would (each `old` text, found in exactly one code cell, becomes `new`),
-    run it at smoke size with papermill, and return (result JSON, executed notebook)."""
+    run it at smoke size with papermill, and return (result JSON, executed notebook). `result`: the result file's
+    stem when the run names it otherwise than `name` (11's RUN_NAME)."""
     import os
 
     import pytest
@@ -101,8 +102,8 @@ def run_edited(name: str, edits: list[tuple[str, str]], tmp_path: Path, paramete
             os.environ.pop("GPULAB_RESULTS", None)
         else:
             os.environ["GPULAB_RESULTS"] = old_env
-    files = list(results.glob(f"*/{name}.json"))
-    assert len(files) == 1, f"{name} wrote no result JSON under {results}"
+    files = list(results.glob(f"*/{result or name}.json"))
+    assert len(files) == 1, f"{name} wrote no {result or name}.json under {results}"
     return load_result(files[0]), json.loads((tmp_path / f"{name}.out.ipynb").read_text())
 
 

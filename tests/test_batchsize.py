@@ -37,11 +37,12 @@ def test_real_oom_errors_are_caught_and_others_are_not():
     def step(b):
         if b > 5:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-    assert find_max_batch_size(step, device="cpu", progress=False, timed_steps=1).max_fitting == 5
+    assert find_max_batch_size(step, device="cpu", max_batch=64, progress=False, timed_steps=1).max_fitting == 5
     assert is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried... out of memory"))
     assert is_oom(SimulatedOutOfMemory("simulated out of memory"))
     with pytest.raises(ValueError, match="boom"):
-        find_max_batch_size(lambda b: (_ for _ in ()).throw(ValueError("boom")), device="cpu", progress=False)
+        find_max_batch_size(lambda b: (_ for _ in ()).throw(ValueError("boom")), device="cpu", max_batch=8,
+                            progress=False)
 
 
 @pytest.mark.parametrize("kwargs, name", [
@@ -50,6 +51,65 @@ def test_real_oom_errors_are_caught_and_others_are_not():
 def test_bad_arguments_raise(kwargs, name):
     with pytest.raises(ValueError, match=name):
         find_max_batch_size(lambda b: None, device="cpu", progress=False, **kwargs)
+
+
+def test_a_cpu_search_needs_an_explicit_cap_before_any_work():
+    calls = []
+    with pytest.raises(ValueError, match="max_batch is needed on 'cpu'.*swaps"):
+        find_max_batch_size(calls.append, device="cpu", progress=False)
+    assert calls == []
+    # A simulated memory limit bounds the search by itself.
+    sim = find_max_batch_size(calls.append, memory_limit_bytes=1234, memory_fn=lambda b: b * 100, device="cpu",
+                              measure_throughput=False, progress=False)
+    assert sim.max_fitting == 12 and sim.max_batch == 4096 and not sim.capped
+
+
+def test_a_search_that_reaches_its_cap_says_larger_may_fit():
+    res = find_max_batch_size(lambda b: None, max_batch=64, measure_throughput=False, device="cpu", progress=False)
+    assert res.max_fitting == 64 and res.capped
+    assert "stopped at the cap max_batch=64; larger may fit" in res.verdict
+    assert "stopped at the cap max_batch=64; larger may fit" in res._repr_html_()
+    assert "larger may fit" in repr(res)
+    oom = find_max_batch_size(lambda b: None, memory_limit_bytes=1234, memory_fn=lambda b: b * 100, max_batch=64,
+                              measure_throughput=False, device="cpu", progress=False)
+    assert oom.max_fitting == 12 and not oom.capped and "cap" not in oom.verdict and "cap" not in oom._repr_html_()
+    back = BatchSizeSearch.from_dict(json.loads(json.dumps(res.to_dict())))
+    assert back.capped and back == res
+    old = BatchSizeSearch.from_dict({"max_fitting": 64, "best_throughput": None, "tried": []})  # a result from before
+    assert not old.capped
+
+
+class _BatchNormNet(nn.Module):
+    """Global pooling, then BatchNorm on one value per channel and sample: batch 1 cannot train."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.head = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm1d(8), nn.Linear(8, 10)
+
+    def forward(self, x):
+        return self.head(self.bn(self.conv(x).mean((2, 3))))
+
+
+def test_batchnorm_at_batch_1_is_skipped_with_the_reason_and_the_search_goes_on():
+    torch.manual_seed(0)
+    model = _BatchNormNet().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(b):
+        opt.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(torch.randn(b, 3, 8, 8)), torch.randint(10, (b,))).backward()
+        opt.step()
+
+    res = find_max_batch_size(step, max_batch=8, device="cpu", timed_steps=1, progress=False)
+    assert [(r["batch_size"], r["fits"]) for r in res.tried] == [(1, False), (2, True), (4, True), (8, True)]
+    assert "BatchNorm" in res.tried[0]["error"] and res.max_fitting == 8 and res.capped
+    assert any("batch 1 skipped" in n and "BatchNorm" in n for n in res.notes)
+    assert "batch 1 skipped" in res._repr_html_()
+    # Any other ValueError, or BatchNorm's at a batch above 1, is the step's own bug: it is raised.
+    with pytest.raises(ValueError, match="value per channel"):
+        find_max_batch_size(lambda b: (_ for _ in ()).throw(ValueError("Expected more than 1 value per channel "
+                                                                       "when training")),
+                            start=2, max_batch=8, device="cpu", progress=False)
 
 
 def test_result_round_trips_through_json():

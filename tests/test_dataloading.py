@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpulab.dataloading import CUDAPrefetcher, DataLoaderTuning, default_workers, tune_dataloader
+from gpulab.dataloading import CUDAPrefetcher, DataLoaderTuning, sweep_workers, tune_dataloader
 from gpulab.workloads import SyntheticImageDataset
 
 
@@ -54,9 +54,9 @@ def test_tune_dataloader_rejects_bad_input_before_any_work(kwargs, name):
 
 
 def test_default_workers():
-    assert default_workers(1) == [0, 1]
-    assert default_workers(6) == [0, 1, 2, 4, 6]
-    assert default_workers(16) == [0, 1, 2, 4, 8, 16]
+    assert sweep_workers(1, 20) == [0, 1]
+    assert sweep_workers(6, 20) == [0, 1, 3, 6]
+    assert sweep_workers(16, 20) == [0, 1, 8, 16]
 
 
 def test_image_dataset_works_in_spawned_workers(tmp_path):
@@ -65,3 +65,21 @@ def test_image_dataset_works_in_spawned_workers(tmp_path):
     loader = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="spawn")
     xs = [x for x, _ in loader]
     assert len(xs) == 2 and xs[0].shape == (4, 3, 16, 16)
+
+
+def test_tune_dataloader_defaults_scale_to_a_small_dataset(monkeypatch):
+    """A 64-sample dataset ran 9 settings of 20 batches (223 s) with the old defaults."""
+    import gpulab.dataloading as dl
+
+    monkeypatch.setattr(dl, "usable_cores", lambda: 2)
+    calls = []
+    ds = TensorDataset(torch.randn(64, 3), torch.arange(64))
+    res = tune_dataloader(ds, lambda x, y: calls.append(len(x)), batch_size=4, device="cpu", progress=False)
+    assert [r["num_workers"] for r in res.rows] == [0, 1, 2]  # 3 settings: pin_memory is CUDA's
+    assert all(r["batches"] == 16 for r in res.rows)  # one pass over the 64 samples
+    assert all(r["persistent_workers"] for r in res.rows if r["num_workers"]) and len(calls) == 3 * (2 + 16)
+    assert dl.sweep_workers(16, 20) == [0, 1, 8, 16] and dl.sweep_workers(16, 3) == [0, 1]
+    assert dl.sweep_workers(1, 20) == [0, 1]
+    tiny = tune_dataloader(TensorDataset(torch.randn(8, 3), torch.arange(8)), lambda x, y: None, batch_size=4,
+                           device="cpu", workers=[0], progress=False)
+    assert tiny.rows[0]["batches"] == 2  # at least 2 batches, drawn again from the 8 samples

@@ -76,9 +76,10 @@ def test_batch_size_finder_takes_a_cpu_allocation_failure_as_out_of_memory(error
             raise error
         torch.ones(b).sum()
 
-    found = gl.find_max_batch_size(step, device="cpu", measure_throughput=False, progress=False)
+    found = gl.find_max_batch_size(step, device="cpu", max_batch=64, measure_throughput=False, progress=False)
     assert found.max_fitting == 12
-    assert inspect.signature(gl.find_max_batch_size).parameters["max_batch"].default <= 4096
+    # No default cap that a CPU could swap on: a CPU search names its own (test_batchsize), a GPU's is 4096.
+    assert inspect.signature(gl.find_max_batch_size).parameters["max_batch"].default is None
 
 
 def test_monitor_first_cpu_sample_is_not_zero(monkeypatch):
@@ -149,3 +150,37 @@ def test_benchmark_on_cuda_without_cuda_names_the_device():
 def test_lookup_peaks_refuses_none():
     with pytest.raises(ValueError, match="name=None"):
         gl.lookup_peaks(None)
+
+
+def test_help_answers_without_importing_torch():
+    """`python -m gpulab --help` took 15 s on a loaded host: torch was imported before argparse looked."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys\nsys.argv = ['gpulab', '--help']\ntry:\n    runpy.run_module('gpulab', "
+            "run_name='__main__')\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "heavy = [m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules]\nassert not heavy, heavy\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "usage: gpulab" in out
+
+
+def test_a_cuda_build_without_a_gpu_is_told_the_cpu_wheel_is_smaller(monkeypatch, capsys):
+    from gpulab.__main__ import cuda_build_note, main
+
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert cuda_build_note() is None  # the CPU wheel: nothing to say
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    note = cuda_build_note()
+    assert "CUDA 12.8 build" in note and "about 5 GB" in note and "whl/cpu" in note
+    assert main(["info"]) == 0
+    assert capsys.readouterr().out.count("about 5 GB") == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cuda_build_note() is None  # a GPU uses the CUDA build
+
+
+def test_lesson_repr_is_short(cpu_device, monkeypatch):
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # a smoke lesson sets 1 thread: not in this process
+    lesson = gl.lesson("01_measuring", {}, device=cpu_device, show=False)
+    assert lesson.reference is not None  # the reference result made the dataclass's repr 16.6 KB
+    assert len(repr(lesson)) < 1024 and "01_measuring" in repr(lesson)

@@ -121,6 +121,112 @@ def test_csv_round_trip(fake_events, cpu_device, tmp_path):
     assert back[1].gpu_ms == 12.5 and back[1].nvml_util is None
 
 
+def _cpu_tracker(cpu_device, clock, **kw):
+    return tk.track(device=cpu_device, clock=clock, printer=lambda s: None, **kw)
+
+
+def test_a_cpu_trackers_csv_has_step_ms_and_no_gpu_columns(cpu_device, tmp_path):
+    clock, path = FakeClock(), tmp_path / "cpu.csv"
+    with _cpu_tracker(cpu_device, clock, csv_path=path, every=1, items_per_step=8) as t:
+        for ms in (5.0, 7.5):
+            clock.t += ms / 1e3
+            t.step()
+    header = path.read_text().splitlines()[0].split(",")
+    assert header == list(tk.HOST_CSV_FIELDS) and "step_ms" in header
+    assert not {"gpu_ms", "nvml_util", "gpm_sm_active"} & set(header)
+    back = tk.read_csv(path)
+    assert back == t.records and [round(r.gpu_ms, 6) for r in back] == [5.0, 7.5]
+    # The tracker appends: a file with another tracker's columns is refused before any step, naming it.
+    gpu_csv = tmp_path / "gpu.csv"
+    gpu_csv.write_text(",".join(tk.CSV_FIELDS) + "\n")
+    with pytest.raises(ValueError, match="csv_path=.*gpu.csv.*other columns"):
+        _cpu_tracker(cpu_device, clock, csv_path=gpu_csv)
+    with _cpu_tracker(cpu_device, clock, csv_path=path, every=1) as again:  # the same kind appends
+        clock.t += 0.001
+        again.step()
+    assert len(tk.read_csv(path)) == 3
+
+
+@pytest.mark.parametrize("row, what", [("3,1,10.0", "line 3: the row is cut short"),
+                                       ("3,1,abc,,,,", "line 3: step_ms='abc' is not a number"),
+                                       (",1,10.0,,,,", "line 3: step=''"),
+                                       ("3,1,10.0,,,,,,,", "line 3: 10 values for 7 columns"),
+                                       ("3,1,,,,,", "line 3: no step time")])
+def test_read_csv_of_a_bad_or_cut_row_names_the_file_and_line(tmp_path, row, what):
+    path = tmp_path / "steps.csv"
+    path.write_text(",".join(tk.HOST_CSV_FIELDS) + "\n1,1,5.0,5.1,,,\n" + row + "\n")
+    with pytest.raises(ValueError) as e:
+        tk.read_csv(path)
+    assert str(path) in str(e.value) and what in str(e.value)
+
+
+def test_read_csv_of_another_file_says_it_is_not_a_trackers(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="other.csv: not a step tracker's CSV"):
+        tk.read_csv(path)
+
+
+def test_a_tracker_used_after_its_with_block_says_so(cpu_device):
+    clock = FakeClock()
+    with _cpu_tracker(cpu_device, clock, every=1) as t:
+        for _ in range(3):
+            clock.t += 0.01
+            t.step()
+    records = list(t.records)
+    for again in (t.step, t.start, t.__enter__):
+        with pytest.raises(RuntimeError, match="stopped after 3 steps.*gl.track"):
+            again()
+    assert t.records == records and t.stop() == records  # nothing restarted; a second stop() changes nothing
+    assert t.summary()["steps"] == 3
+
+
+def test_summary_of_a_running_tracker_counts_every_step(cpu_device):
+    clock = FakeClock()
+    t = _cpu_tracker(cpu_device, clock, every=4)
+    t.start()
+    for _ in range(5):
+        clock.t += 0.01
+        t.step()
+    s = t.summary()
+    assert s["steps"] == 5 and s["timed_steps"] == 4 and s["running"] is True
+    assert any("still running: 5 steps marked, 4 read" in n for n in s["notes"])
+    t.stop()
+    s = t.summary()
+    assert s["steps"] == s["timed_steps"] == 5 and s["running"] is False and not s["notes"]
+    fresh = _cpu_tracker(cpu_device, clock, every=4).start()
+    fresh.step()
+    assert fresh.summary()["steps"] == 1 and fresh.summary()["timed_steps"] == 0
+
+
+def test_track_shows_its_real_signature_and_a_short_repr(cpu_device):
+    import inspect
+    import pydoc
+
+    params = inspect.signature(gl.track).parameters
+    init = inspect.signature(tk.StepTracker).parameters
+    assert list(params) == list(init) and "kwargs" not in params
+    assert all(params[k].default == init[k].default for k in init)
+    text = pydoc.render_doc(gl.track)
+    assert "flops_per_step" in text and "**kwargs" not in text
+    t = gl.track(device=cpu_device, every=1, clock=FakeClock(), printer=lambda s: None)
+    assert repr(t).startswith("StepTracker(not started, 0 steps") and len(repr(t)) < 200
+    with t:
+        t.step()
+    assert "stopped, 1 steps" in repr(t)
+
+
+def test_item_name_defaults_agree_between_track_and_before_after(cpu_device):
+    import inspect
+
+    from gpulab.experiment import RunResult
+
+    track = inspect.signature(gl.track).parameters["item_name"].default
+    assert track == "samples" == inspect.signature(gl.before_after).parameters["item_name"].default
+    assert track == RunResult.__dataclass_fields__["item_name"].default
+    assert gl.track(device=cpu_device).item_name == "samples"
+
+
 def test_tensorboard_writer_gets_scalars(fake_events, cpu_device):
     class Writer:
         def __init__(self):

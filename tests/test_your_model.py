@@ -35,9 +35,11 @@ def test_smoke_run_records_every_tool(smoke_run):
     data, executed = smoke_run("11_your_model")
     assert data["smoke"] is True and data["params"]["BATCH"] == SCHEMAS["11_your_model"]["BATCH"].smoke
     extra = data["extra"]
-    for key in ("step", "timeline", "tracker", "profile", "breakdown", "memory", "syncs", "batch_size",
-                "dataloader", "seconds"):
+    for key in ("model", "step", "timeline", "tracker", "profile", "breakdown", "memory", "syncs", "batch_size",
+                "dataloader", "failed", "seconds"):
         assert key in extra, key
+    assert extra["model"]["class"] == "TinyLM" and extra["model"]["parameters"] > 0 and extra["failed"] == {}
+    assert data["notebook"] == "11_your_model"  # no RUN_NAME: the course's own result file
     assert extra["step"]["flops"] > 0 and extra["step"]["median_ms"] > 0
     assert extra["tracker"]["steps"] > 0 and extra["batch_size"]["max_fitting"] >= 1
     assert extra["dataloader"]["rows"] and extra["memory"]["peak_bytes"] > 0
@@ -48,3 +50,131 @@ def test_smoke_run_records_every_tool(smoke_run):
     assert not errors
     md = [c for c in executed["cells"] if c["cell_type"] == "markdown"]
     assert "## Try this" in "".join(md[-1]["source"])
+
+
+def test_run_name_is_checked_before_any_work():
+    from gpulab.params import check_params
+
+    check_params({"RUN_NAME": "resnet18-bs32"}, "11_your_model")
+    check_params({"RUN_NAME": None}, "11_your_model")
+    for bad in ("../x", "", "a b", "x" * 41, 3):
+        with pytest.raises(ValueError, match="RUN_NAME"):
+            check_params({"RUN_NAME": bad}, "11_your_model")
+
+
+# Two models the course does not ship, as a reader would paste them into the "Your model here" cell.
+CNN_CELL = '''
+class TinyResNet(nn.Module):
+    """ResNet-like with BatchNorm everywhere; strided stages bring a 16-pixel image down to 1x1, as resnet18 does
+    with a small image: BatchNorm then sees one value per channel at batch 1."""
+    def __init__(self, width=8, classes=10):
+        super().__init__()
+        def stage(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+        self.features = nn.Sequential(stage(3, width), stage(width, width), stage(width, 2 * width), stage(2 * width, 2 * width))
+        self.fc = nn.Linear(2 * width, classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).flatten(1))
+
+
+torch.manual_seed(0)
+model = TinyResNet().to(device)
+make_batch = lambda b: (torch.randn(b, 3, 16, 16, device=device), torch.randint(10, (b,), device=device))
+loss_fn = F.cross_entropy
+'''
+
+HF_CELL = '''
+class ModelOutput(dict):
+    """As Hugging Face's: a dict whose keys read as attributes (out.logits)."""
+    __getattr__ = dict.__getitem__
+
+
+class TinyGPT2LMHeadModel(nn.Module):
+    """GPT2LMHeadModel's interface: forward(input_ids, attention_mask=None, labels=None) -> output.logits."""
+    def __init__(self, vocab_size=128, n_embd=32, n_layer=1, n_head=2, n_positions=32):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(n_positions, n_embd)
+        self.h = nn.ModuleList(nn.TransformerEncoderLayer(n_embd, n_head, 4 * n_embd, dropout=0.0, batch_first=True,
+                                                          norm_first=True) for _ in range(n_layer))
+        self.ln_f, self.lm_head = nn.LayerNorm(n_embd), nn.Linear(n_embd, vocab_size, bias=False)
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        t = input_ids.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=input_ids.device)
+        h = self.wte(input_ids) + self.wpe(torch.arange(t, device=input_ids.device))
+        for block in self.h:
+            h = block(h, src_mask=mask, is_causal=True)
+        return ModelOutput(logits=self.lm_head(self.ln_f(h)))
+
+
+torch.manual_seed(0)
+model = TinyGPT2LMHeadModel().to(device)
+make_batch = lambda b: (torch.randint(128, (b, 32), device=device), torch.randint(128, (b, 32), device=device))
+loss_fn = lambda out, y: F.cross_entropy(out.logits.flatten(0, 1), y.flatten())
+'''
+
+
+def _model_cell() -> str:
+    nb = json.loads(NOTEBOOK.read_text())
+    return next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code" and "class SmallCNN" in
+                "".join(c["source"]))
+
+
+def _parameters(cell: str, cls: str) -> int:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    ns = {"torch": torch, "nn": nn, "F": F, "device": torch.device("cpu")}
+    exec(cell, ns)
+    assert type(ns["model"]).__name__ == cls
+    return sum(p.numel() for p in ns["model"].parameters())
+
+
+def _no_errors(executed: dict) -> None:
+    assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
+
+
+@pytest.mark.notebook
+def test_a_batchnorm_cnn_runs_to_the_end_in_its_own_named_result(tmp_path):
+    from _notebook_run import run_edited
+
+    data, executed = run_edited("11_your_model", [(_model_cell(), CNN_CELL)], tmp_path,
+                                parameters={"RUN_NAME": "tinyresnet"}, result="11_your_model-tinyresnet")
+    _no_errors(executed)
+    assert data["notebook"] == "11_your_model-tinyresnet"
+    model = data["extra"]["model"]
+    assert model["class"] == "TinyResNet" and model["parameters"] == _parameters(CNN_CELL, "TinyResNet")
+    assert model["RUN_NAME"] == "tinyresnet" and model["MODEL"] == "lm"
+    folder = next((tmp_path / "results").iterdir())
+    assert (folder / "11_your_model-tinyresnet_trace.json.gz").is_file()
+    assert (folder / "11_your_model-tinyresnet_tracker.csv").is_file()
+    search = data["extra"]["batch_size"]  # BatchNorm cannot train at batch 1: skipped with the reason, then 2, 4, ...
+    assert search["tried"][0]["batch_size"] == 1 and "BatchNorm" in search["tried"][0]["error"]
+    assert search["max_fitting"] >= 2 and any("batch 1 skipped" in n for n in search["notes"])
+    assert data["extra"]["failed"] == {} and data["extra"]["dataloader"]["rows"]
+    assert [e["name"] for e in data["experiments"]] == ["my change"]
+    assert [c["key"] for c in data["claims"]] == ["11.my_change"]  # a GPU claim: not tested here, and saved
+
+
+@pytest.mark.notebook
+def test_a_hugging_face_style_lm_runs_to_the_end_and_a_failing_tool_does_not_stop_it(tmp_path):
+    """The reader also drops the finder's cap: on a CPU it refuses, says why, and sections 8, 9 and the save run."""
+    from _notebook_run import run_edited
+
+    drop_cap = ("gl.find_max_batch_size(step_at, max_batch=MAX_BATCH,", "gl.find_max_batch_size(step_at,")
+    data, executed = run_edited("11_your_model", [(_model_cell(), HF_CELL), drop_cap], tmp_path,
+                                parameters={"RUN_NAME": "gpt2-style"}, result="11_your_model-gpt2-style")
+    _no_errors(executed)
+    model = data["extra"]["model"]
+    assert model["class"] == "TinyGPT2LMHeadModel"
+    assert model["parameters"] == _parameters(HF_CELL, "TinyGPT2LMHeadModel")
+    failed = data["extra"]["failed"]
+    assert list(failed) == ["batch-size search"] and "max_batch" in failed["batch-size search"]
+    assert "batch_size" not in data["extra"] and data["extra"]["dataloader"]["rows"]  # section 8 ran
+    assert [e["name"] for e in data["experiments"]] == ["my change"]  # section 9 ran
+    assert [c["key"] for c in data["claims"]] == ["11.my_change"]
+    assert data["experiments"][0]["after"]["summary"]["item_name"] == "tokens"
+    shown = json.dumps(executed)
+    assert "batch-size search failed on this model" in shown and "max_batch is needed" in shown
