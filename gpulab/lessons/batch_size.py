@@ -28,7 +28,7 @@ CLAIMS = [
          quote="32         | 85%      | 28 GB       | 380 samples/s  ← Sweet spot", high=48, unit="sequences",
          source=T62, needs=GPU),
     dict(key="memory_8_64", text="memory grows with batch size, 12 GB at batch 8 to 45 GB at batch 64 (3.75x); "
-         "measured: peak memory ratio 64 / 8", quote=ROW8, low=2.8, high=4.7, source=T62, needs=GPU),
+         "measured: peak memory ratio 64 / 8", quote=ROW8, low=2.8, high=4.7, source=T62, needs=GPU, timed=False),
     dict(key="util_8_12", text="batch 8 -> 12: 15-20% better GPU utilization; measured: relative NVML gain",
          quote="15-20% better GPU utilization", low=15, high=20, unit="% gain", source="002 review, fix 4", needs=GPU),
     dict(key="speed_12_16", text="batch 12 -> 16: 5-10% faster; measured: throughput gain",
@@ -53,9 +53,9 @@ CLAIMS = [
     dict(key="accum_memory", text="accumulation saves memory: batch 128 needs 48 GB, 32 x 4 needs 16 GB (3x less); "
          "measured: peak memory ratio, one batch / accumulated",
          quote="Batch size 32 × 4 accumulation: 16 GB memory (fits!)", low=2.4, high=3.6, source="guide §6.3",
-         needs=GPU),
+         needs=GPU, timed=False),
     dict(key="convergence", text="pro: same convergence as the large batch", low=1.0, high=1.0,
-         quote="Pro: Same convergence as large batch", source="guide §6.3"),
+         quote="Pro: Same convergence as large batch", source="guide §6.3", timed=False),
     dict(key="oom_128", text="batch 128 runs out of memory (64 fits)", low=64, high=127, unit="sequences",
          quote="128        | OOM      | -           | -", source=T62, needs=GPU),
     dict(key="batch8_figures", text="batch 8 uses 12 GB and trains 120 samples/s", low=120, high=120,
