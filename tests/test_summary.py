@@ -40,7 +40,7 @@ def test_notebook_table_counts_verdicts_by_kind_one_per_claim():
               _claim("confirmed", evidence="definition")]
     table = summary.notebook_table({"01_measuring": _data(claims, [_exp("a", 2.0, "optimisation")])})
     row = table.splitlines()[2].split(" | ")
-    assert row[4:] == ["2", "1", "2", "1", "1", "1", "1 |"]  # the refutation sharing m1 is counted
+    assert row[5:] == ["2", "1", "2", "1", "1", "1", "1", "— |"]  # the refutation sharing m1 is counted
 
 
 def test_largest_gain_is_an_optimisation_and_old_files_without_kind_count_as_one():
@@ -172,7 +172,7 @@ def test_comparisons_with_a_reference_match_claims_on_their_key_not_their_wordin
     assert "| 07_x | **BF16 is 2-3x faster (`07.bf16_speed`)** | confirmed | refuted: lower than claimed |" in text
     tables = summary.summary_tables({"07_x": {"claims": mine["07"], "experiments": []}},
                                     {"07_x": {"claims": ref["07"], "experiments": []}})
-    assert "| 07_x | same words (`07.fp16_speed`) |  | — | confirmed | — | — |" in tables
+    assert "| 07_x | same words (`07.fp16_speed`) | guide |  | — | confirmed | — | — |" in tables
 
 
 def test_readme_refuses_a_smoke_or_cpu_run_before_writing_anything(tmp_path, capsys):
