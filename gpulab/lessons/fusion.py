@@ -66,10 +66,10 @@ CLAIMS = [
          quote="Mode: reduce-overhead (minimize Python overhead)", source="guide §3.2", low=1.0, unit="x",
          needs=_NEEDS_MODES),
     dict(key="autotune_compile", text="max-autotune compiles slower than default",
-         quote="Mode: max-autotune (aggressive optimization, slow compile)", source="guide §3.2", low=1.0,
+         quote="slow compile", source="guide §3.2", low=1.0,
          unit="x", needs=_NEEDS_MODES),
     dict(key="autotune_speed", text="max-autotune runs faster than default",
-         quote="Mode: max-autotune (aggressive optimization, slow compile)", source="guide §3.2", low=1.0,
+         quote="Mode: max-autotune (aggressive optimization", source="guide §3.2", low=1.0,
          unit="x", needs=_NEEDS_MODES),
 ]
 
