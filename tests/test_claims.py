@@ -265,3 +265,17 @@ def test_the_reference_s_not_comparable_rows_fold_to_at_most_30_and_12_in_08(gpu
         per[p.stem] = sum(1 for h, g in fold_claims(claims)
                           if (h is None and g) or (h is not None and h["verdict"] == "not comparable"))
     assert per["08_case_study"] <= 12 and sum(per.values()) <= 30, per
+
+
+def test_a_comparison_of_unequal_flops_without_items_is_judged_on_flop_per_second():
+    """A 1000-token sequence against 1024 (no items counted): the FLOPs per call differ, so the headline, its
+    verdict and a claim on it are FLOP/s after over before, not the time per call."""
+    b = RunResult("seq 1000", Measurement("b", [1.0, 1.01, 0.99, 1.0]), flops=1.0e12)
+    a = RunResult("seq 1024", Measurement("a", [1.0, 1.01, 0.99, 1.0]), flops=2.0e12)
+    cmp = Comparison("alignment", b, a)
+    assert cmp.basis == "FLOP/s" and cmp.headline().value == pytest.approx(2.0)
+    assert cmp.verdict.startswith("FLOP/s 2.00x higher")
+    assert Claim("aligned runs >= 1.05x the FLOP/s", low=1.05).check(cmp).verdict == "confirmed"
+    same = Comparison("equal", RunResult("b", Measurement("b", [1.0] * 4), flops=1e12, items=4),
+                      RunResult("a", Measurement("a", [1.0] * 4), flops=2e12, items=4))
+    assert same.basis == "time"  # items counted on both sides decide: equal items, equal work

@@ -99,14 +99,17 @@ def not_a_speed_run(data: dict) -> str | None:
 
 def gain(e: dict) -> Estimate:
     """An experiment's work-normalised ratio with its interval: items/s after over before whenever the items per
-    call differ, else the time ratio (before time / after time). Older files: recomputed from both sides."""
+    call differ (FLOP/s where no items are counted and the FLOPs differ), else the time ratio (before time / after
+    time). Older files: recomputed from both sides."""
     if e.get("ratio") is not None and e.get("ratio_interval"):
         lo, hi = e["ratio_interval"]
         return Estimate(e["ratio"], min(lo, e["ratio"]), max(hi, e["ratio"]))
     v = e["speedup"]
     lo, hi = e.get("speedup_interval") or (v, v)
     ib, ia = (e.get("before") or {}).get("items"), (e.get("after") or {}).get("items")
-    k = ia / ib if ib and ia and abs(ia - ib) > 1e-9 * max(ia, ib) else 1.0  # unequal work: items/s ratio
+    if not (ib and ia):  # no items on a side: FLOPs per call say whether the work differs
+        ib, ia = (((e.get(side) or {}).get("summary") or {}).get("flops") for side in ("before", "after"))
+    k = ia / ib if ib and ia and abs(ia - ib) > 1e-9 * max(ia, ib) else 1.0  # unequal work: items/s or FLOP/s
     return Estimate(v * k, min(lo, v) * k, max(hi, v) * k)
 
 
