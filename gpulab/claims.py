@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -28,9 +29,12 @@ TIMED_UNITS = ("x", "% gain", "%", "points", "ms", "s", "µs", "us", "TFLOP/s")
 
 
 def origin_of(source: str) -> str:
-    """"course" when a claim's source names the course as the band's author ("course target", "the 1% bar is
-    this course's"), else "guide" (the guide and its companion notes)."""
-    return "course" if "course" in (source or "").lower() else "guide"
+    """"guide" when a claim's source is the guide or one of its companion notes ("guide §7.3", "002 review",
+    "000 summary") and does not name the course as the band's author; else "course": the course's own targets and
+    checks ("course target", "the 1% bar is this course's", "self-check floor") and a notebook's own claims."""
+    src = (source or "").lower()
+    from_guide = re.search(r"\bguide\b|\b00\d\b", src) is not None
+    return "guide" if from_guide and "course" not in src else "course"
 
 
 def as_number(x: Any) -> float | None:

@@ -212,6 +212,18 @@ class Comparison:
         w = self._work()
         return est if w is None else est.map(lambda x: x * w[0])
 
+    def round_ratios(self) -> list[float]:
+        """The headline ratio round by round (work-normalised like `headline`): paired windows of a pipeline, else
+        before / after of each pair of timing rounds; empty without paired rounds. Pass them as `repeats=` to
+        `Claim.check` or `Lesson.check`, so a verdict near a band edge covers the spread between rounds."""
+        if self.before.pipeline and self.after.pipeline:
+            raw = window_pair_ratios(self.before, self.after)
+        else:
+            rb, ra = self.before.measurement.round_medians, self.after.measurement.round_medians
+            raw = [b / a for b, a in zip(rb, ra) if a > 0] if len(rb) == len(ra) and len(rb) >= 2 else []
+        w = self._work()
+        return [r * w[0] for r in raw] if w else raw
+
     def throughput_ratio(self) -> Estimate | None:
         """after throughput / before throughput with its interval (for pipelines: window rates)."""
         b, a = self.before.throughput_estimate(), self.after.throughput_estimate()

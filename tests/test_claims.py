@@ -222,7 +222,9 @@ def test_the_course_s_own_targets_are_counted_apart_from_the_guide_s_claims():
     from gpulab.claims import claim_origin, origin_of
 
     assert origin_of("course target") == origin_of("course target for gpulab's tracker") == "course"
-    assert origin_of("guide §7.3") == origin_of("002 optimization review") == "guide"
+    assert origin_of("guide §7.3") == origin_of("002 optimization review") == origin_of("000 summary") == "guide"
+    assert origin_of("self-check floor") == origin_of("monitor") == origin_of("") == "course"
+    assert origin_of("guide §8.4 (the 1% bar is this course's)") == "course"
     ours = Claim("10x floor", low=10, source="course target").check(12)
     theirs = Claim("2-3x", low=2, high=3, source="guide §7.1").check(2.5)
     assert (ours.origin, theirs.origin) == ("course", "guide")
@@ -279,3 +281,17 @@ def test_a_comparison_of_unequal_flops_without_items_is_judged_on_flop_per_secon
     same = Comparison("equal", RunResult("b", Measurement("b", [1.0] * 4), flops=1e12, items=4),
                       RunResult("a", Measurement("a", [1.0] * 4), flops=2e12, items=4))
     assert same.basis == "time"  # items counted on both sides decide: equal items, equal work
+
+
+def test_a_comparison_s_round_ratios_are_the_repeats_a_verdict_at_a_band_edge_covers():
+    """Four interleaved rounds read 6.8x-7.2x per round; the median-of-rounds interval alone says 6.9x-7.1x. Passed
+    as repeats, the rounds' spread decides a 7.0 edge: inconclusive, not refuted on one round."""
+    rb, ra = [6.8, 7.0, 7.1, 7.2], [1.0, 1.0, 1.0, 1.0]
+    b = RunResult("fp32", Measurement("b", rb, meta={"round_medians": rb}), items=2)
+    a = RunResult("tf32", Measurement("a", ra, meta={"round_medians": ra}), items=4)
+    cmp = Comparison("tf32", b, a)
+    assert cmp.round_ratios() == pytest.approx([13.6, 14.0, 14.2, 14.4])  # work-normalised like the headline
+    c = Claim("~14x", low=13.9, high=20).check(cmp, repeats=cmp.round_ratios())
+    assert c.interval[0] == pytest.approx(13.6) and c.verdict == "inconclusive"
+    assert Comparison("one round", RunResult("b", Measurement("b", [1.0])),
+                      RunResult("a", Measurement("a", [1.0]))).round_ratios() == []

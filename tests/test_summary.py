@@ -12,7 +12,7 @@ from test_results import make_result
 
 def _claim(verdict, side=None, measurement=None, evidence="measured"):
     return {"text": f"{verdict} {side} {measurement}", "verdict": verdict, "side": side,
-            "measurement": measurement, "evidence": evidence, "measured": 1.0}
+            "measurement": measurement, "evidence": evidence, "measured": 1.0, "source": "guide §1.2"}
 
 
 def _data(claims, experiments):
@@ -172,7 +172,7 @@ def test_comparisons_with_a_reference_match_claims_on_their_key_not_their_wordin
     assert "| 07_x | **BF16 is 2-3x faster (`07.bf16_speed`)** | confirmed | refuted: lower than claimed |" in text
     tables = summary.summary_tables({"07_x": {"claims": mine["07"], "experiments": []}},
                                     {"07_x": {"claims": ref["07"], "experiments": []}})
-    assert "| 07_x | same words (`07.fp16_speed`) | guide |  | — | confirmed | — | — |" in tables
+    assert "| 07_x | same words (`07.fp16_speed`) | course |  | — | confirmed | — | — |" in tables  # no source
 
 
 def test_readme_refuses_a_smoke_or_cpu_run_before_writing_anything(tmp_path, capsys):
