@@ -183,8 +183,8 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
     """
     reference = reference or {}
     ref_col = " | reference ratio" if reference else ""
-    lines = ["| notebook | experiment | kind | ratio [95% interval] (items/s or FLOP/s where the work differs) | verdict "
-             "| MFU before | MFU after | GPU busy before | GPU busy after" + ref_col + " |",
+    lines = ["| notebook | experiment | kind | ratio [95% interval] (items/s or FLOP/s where the work differs) "
+             "| verdict | MFU before | MFU after | GPU busy before | GPU busy after" + ref_col + " |",
              "|" + " --- |" * (9 + bool(reference))]
     for nb, data in sorted(results.items()):
         refs = {e["name"]: e for e in reference.get(nb, {}).get("experiments", [])}
@@ -319,10 +319,10 @@ GAIN_COLORS = {"faster": ("#00798c", "faster (interval above 1)"),
 
 def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 3,
                    title: str = ""):
-    """What each lesson's change gained: each notebook's headline gain(s) (`headline_gains`, at most
-    `per_notebook`) on their work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the reference
-    GPU's ratio marked beside and a legend for every colour. Demonstrations, implausible ratios and smoke or
-    CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
+    """What each lesson's change gained: each notebook's headline gain(s) (`headline_gains`, at most `per_notebook`)
+    on their work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the
+    reference GPU's ratio marked beside and a legend for every colour. Unmarked demonstrations, implausible ratios
+    and smoke or CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
     control, not a change). Sized for about 900 px."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D

@@ -20,8 +20,8 @@ ROW8 = "8          | 45%      | 12 GB       | 120 samples/s"
 
 CLAIMS = [
     dict(key="util_8_64", text="GPU utilization rises with batch size, 45% at batch 8 to 92% at batch 64; measured: "
-         "NVML percentage points gained from 8 to 64", quote="64         | 92%", low=35, high=60, unit="points", source=T62,
-         needs=GPU),
+         "NVML percentage points gained from 8 to 64", quote="64         | 92%", low=35, high=60, unit="points",
+         source=T62, needs=GPU),
     dict(key="sweet_spot", text="the sweet spot is batch 32; measured: last batch before a bigger one gains "
          "relatively less throughput than it adds memory (the rule that gives 32 on the guide's table)", low=24,
          quote="32         | 85%      | 28 GB       | 380 samples/s  ← Sweet spot", high=48, unit="sequences",

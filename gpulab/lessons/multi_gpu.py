@@ -22,8 +22,9 @@ from ..timing import Measurement, quantiles
 _COURSE = "course target for 2 GPUs on one NVLink host"
 CLAIMS = [
     ClaimSpec("allreduce_link_share", "All-reduce bus bandwidth at large messages reaches >= 70% of the link's limit",
-              low=70, unit="%", source=_COURSE, quote="course target: all-reduce bus bandwidth at large messages >= 70% of "
-              "the link's limit", needs=("multi_gpu",)),
+              low=70, unit="%", source=_COURSE,
+              quote="course target: all-reduce bus bandwidth at large messages >= 70% of the link's limit",
+              needs=("multi_gpu",)),
     ClaimSpec("ddp_scaling", "DDP scaling efficiency from 1 to N GPUs is >= 90%", low=90, unit="%", source=_COURSE,
               quote="course target: DDP scaling efficiency >= 90% from 1 to N GPUs", needs=("multi_gpu",)),
     ClaimSpec("fsdp2_memory", "FSDP2's peak memory per GPU is below DDP's (ratio FSDP2/DDP < 1)", high=1.0,
