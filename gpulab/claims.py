@@ -415,8 +415,8 @@ def _folded_row(head: Claim | None, group: list[Claim]) -> str:
     values = sorted({c._measured_str() for c in group})
     ours = values[0] if len(values) == 1 else ", ".join(values)
     return (f"<tr><td colspan='7' style='text-align:left'><details><summary>"
-            f"<b style='color:{_COLORS['not comparable']}'>{len(group)} claims not comparable</b> beside one "
-            f"measurement (ours: {e(ours)}){why}</summary><ul>{items}</ul></details></td></tr>")
+            f"<b style='color:{_COLORS['not comparable']}'>{len(group)} claims not comparable</b> beside one measured "
+            f"quantity (ours: {e(ours)}){why}</summary><ul>{items}</ul></details></td></tr>")
 
 
 def measurement_family(c: Claim | dict[str, Any]) -> tuple:
