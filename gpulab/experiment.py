@@ -201,7 +201,7 @@ class Comparison:
     def basis(self) -> str:
         """What the headline ratio compares: "items/s" or "FLOP/s" when the work per call differs, else "time"."""
         w = self._work()
-        return ("items/s" if w[1] != "FLOP/s" else "FLOP/s") if w else "time"
+        return "time" if w is None else "FLOP/s" if w[1] == "FLOP/s" else "items/s"
 
     def headline(self) -> Estimate:
         """The work-normalised ratio with its interval, the one the verdict shows and `Claim.check` judges: after

@@ -100,7 +100,7 @@ class ClaimSpec:
 
     @property
     def origin(self) -> str:
-        """"course" for the course's own target (its source names the course), else "guide"."""
+        """"guide" when its source is the guide or a companion note, else "course" (`claims.origin_of`)."""
         return self.new().origin
 
     def __post_init__(self):
