@@ -5,12 +5,15 @@ A verdict stands on the interval, not the median:
 - refuted: the whole interval lies outside it ("higher than claimed" or "lower than claimed");
 - inconclusive: the interval straddles a band edge;
 - not comparable: the claim's number belongs to another system; our proxy is shown beside it;
-- not tested: this run could not measure it (the reason is kept).
+- not tested: this run could not measure it (the reason is kept), e.g. a timing claim in a smoke run.
+
+Each claim is the guide's or the course's own target (`origin`, from its source): tables count them apart.
 """
 from __future__ import annotations
 
 import html
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -19,6 +22,19 @@ from .text import sig
 
 VERDICTS = ("confirmed", "refuted", "inconclusive", "not comparable", "not tested")
 EVIDENCE = ("measured", "arithmetic", "datasheet", "definition")
+ORIGINS = ("guide", "course")
+SMOKE_NOTE = "smoke run: sizes too small for a speed measurement"
+# Units of a measured claim that a timing stands on (a speed ratio, a rate, a time, an MFU or utilization share).
+TIMED_UNITS = ("x", "% gain", "%", "points", "ms", "s", "µs", "us", "TFLOP/s")
+
+
+def origin_of(source: str) -> str:
+    """"guide" when a claim's source is the guide or one of its companion notes ("guide §7.3", "002 review",
+    "000 summary") and does not name the course as the band's author; else "course": the course's own targets and
+    checks ("course target", "the 1% bar is this course's", "self-check floor") and a notebook's own claims."""
+    src = (source or "").lower()
+    from_guide = re.search(r"\bguide\b|\b00\d\b", src) is not None
+    return "guide" if from_guide and "course" not in src else "course"
 
 
 def as_number(x: Any) -> float | None:
@@ -80,12 +96,16 @@ class Estimate:
 
 
 def estimate_of(x: Any) -> Estimate | None:
-    """The Estimate behind `x`: an Estimate, anything with `.estimate` (Comparison, Speedup, Measurement),
-    a (value, (lo, hi)) pair, or a bare number (zero width). None when it holds no finite number."""
+    """The Estimate behind `x`: an Estimate, a Comparison's `headline()` (items/s ratio where the two sides do
+    different work, else the time ratio), anything with `.estimate` (Speedup, Measurement), a (value, (lo, hi))
+    pair, or a bare number (zero width). None when it holds no finite number."""
     if x is None:
         return None
     if isinstance(x, Estimate):
         return x
+    headline = getattr(x, "headline", None)  # a Comparison: the work-normalised ratio its verdict shows
+    if callable(headline):
+        return headline()
     est = getattr(x, "estimate", None)
     if est is not None and not isinstance(x, (int, float)):
         return est() if callable(est) else est
@@ -160,6 +180,16 @@ def t_quantile(p: float, df: int) -> float:
     return (lo + hi) / 2
 
 
+def with_repeats(est: Estimate, repeats: Any) -> Estimate:
+    """`est` with its interval widened to cover every finite value in `repeats` (the same quantity measured again:
+    interleaved rounds' ratios, repeated measurements of one shape): a verdict at a band edge stands on the spread
+    between repeats, not only on one measurement's interval."""
+    vals = [v for v in (as_number(r) for r in (repeats or ())) if v is not None]
+    if not vals:
+        return est
+    return Estimate(est.value, min(est.lo, *vals), max(est.hi, *vals))
+
+
 def interval_of(x: Any) -> tuple[float, float] | None:
     """(lo, hi) of a measurement, comparison, speedup or estimate; None when there is none."""
     e = estimate_of(x)
@@ -204,8 +234,13 @@ class Claim:
     measurement: str | None = None  # an id shared by claims that reuse one measurement
     key: str = ""  # a stable id ("07.bf16_speed"): runs, summaries and tests match claims on it, never on wording
     quote: str = ""  # the source's own words, verbatim; `text` may shorten them
+    origin: str = ""  # "guide" or "course" ("" derives it from `source`)
+    timed: bool | None = None  # None: a measured claim in a speed, time, MFU or utilization unit is timed
 
     def __post_init__(self):
+        self.origin = self.origin or origin_of(self.source)
+        if self.origin not in ORIGINS:
+            raise ValueError(f"origin={self.origin!r}; allowed: {', '.join(ORIGINS)}")
         for name in ("low", "high"):
             v = getattr(self, name)
             if v is not None and as_number(v) is None:
@@ -220,6 +255,16 @@ class Claim:
             raise ValueError(f"verdict={self.verdict!r}; allowed: {', '.join(VERDICTS)}")
         if self.interval is not None:
             self.interval = (float(self.interval[0]), float(self.interval[1]))
+
+    @property
+    def is_timed(self) -> bool:
+        """Whether the verdict stands on a timing (a speed, a ratio of times, MFU or utilization): a measured claim
+        marked `timed`, or by default one whose unit is a rate, a time, "x", "%" or "points"."""
+        if self.evidence != "measured":
+            return False
+        if self.timed is not None:
+            return bool(self.timed)
+        return self.unit in TIMED_UNITS or self.unit.endswith("/s")
 
     def _unit(self, v: float | None) -> str:
         """The unit after a number, singular after exactly 1: "1 kernel", "1 sync per step", "3 kernels"."""
@@ -241,18 +286,22 @@ class Claim:
         return f">= {self.low:g}{sfx}{u}" if self.low is not None else f"<= {self.high:g}{sfx}{u}"
 
     def check(self, measured: Any, note: str = "", *, interval: tuple[float, float] | None = None,
-              measurement: str | None = None) -> Claim:
+              measurement: str | None = None, repeats: Any = None) -> Claim:
         """Judge the claim on `measured` and its interval; returns self for display.
 
         `measured` may be a number (with `interval=`, or exact for counts and arithmetic), an `Estimate`,
-        or a Comparison / Speedup / Measurement, whose interval comes from their spread.
-        NaN, inf, None or a non-scalar gives "not tested", never a verdict.
+        a Speedup / Measurement, whose interval comes from their spread, or a Comparison, judged on the ratio its
+        headline shows: after items/s over before items/s where the two sides do different work per call (batch
+        4 -> 16), else the time ratio (`Comparison.headline`). `repeats` (values of the same quantity measured
+        again: interleaved rounds' ratios, other measurements of the shape) widen the interval to cover their
+        spread (`with_repeats`). NaN, inf, None or a non-scalar gives "not tested", never a verdict.
         """
         est = estimate_of(measured if interval is None else (measured, interval))
         if est is None:
             return self.untestable(note or "no finite measurement")
         if not est.lo <= est.value <= est.hi:
             raise ValueError(f"interval {est.interval} does not contain the measured value {est.value}")
+        est = with_repeats(est, repeats)
         self.measured, self.interval = est.value, est.interval
         self.verdict, self.side = judge(est.interval, self.low, self.high)
         self.note, self.measurement = note, measurement
@@ -288,7 +337,8 @@ class Claim:
                 "unit": self.unit, "measured": self.measured,
                 "interval": list(self.interval) if self.interval else None, "verdict": self.verdict,
                 "side": self.side, "evidence": self.evidence, "source": self.source, "note": self.note,
-                "measurement": self.measurement, "key": self.key, "quote": self.quote}
+                "measurement": self.measurement, "key": self.key, "quote": self.quote, "origin": self.origin,
+                "timed": self.is_timed}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Claim:
@@ -298,6 +348,8 @@ class Claim:
             kw["interval"] = tuple(kw["interval"])
         if kw.get("verdict") not in VERDICTS:  # an older file: keep it readable
             kw.pop("verdict", None)
+        if kw.get("origin") not in ORIGINS:
+            kw.pop("origin", None)
         return cls(**kw)
 
     def _num(self, v: float) -> str:
@@ -313,7 +365,7 @@ class Claim:
 
     def _measured_str(self) -> str:
         if self.measured is None:
-            return "—"
+            return "none measured in this run" if self.verdict == "not comparable" else "—"
         s = self._fmt(self.measured)
         if self.interval and self.interval[0] != self.interval[1]:
             s += f" [{self._num(self.interval[0])}, {self._num(self.interval[1])}]"
@@ -345,36 +397,103 @@ def _claim_row(c: Claim) -> str:
             f"<td>{e(c.evidence)}</td><td style='text-align:left'><small>{e(c.note)}</small></td></tr>")
 
 
-def _grouped_row(reason: str, group: list[Claim]) -> str:
+def _folded_row(head: Claim | None, group: list[Claim]) -> str:
+    """One row for claims that repeat one measurement: a judged claim's row with the not-comparable claims beside
+    it listed under it, or one folded row of not-comparable claims (each with its key, band and our value; the
+    reason once when they share it)."""
     e = html.escape
+    notes = {c.note for c in group}
+    common = notes.pop() if len(notes) == 1 else None
     items = "".join(f"<li>{f'<code>{e(c.key)}</code> ' if c.key else ''}{e(c.text)}: claimed {e(c.expected)}, "
-                    f"ours {e(c._measured_str())}</li>" for c in group)
+                    f"ours {e(c._measured_str())}{'' if common is not None else f' ({e(c.note)})'}</li>"
+                    for c in group)
+    why = f": {e(common)}" if common else ""
+    if head is not None:
+        extra = (f"<tr><td></td><td colspan='6' style='text-align:left'><details><summary><small>the same "
+                 f"measurement beside {len(group)} claim{'s' if len(group) > 1 else ''} of other systems, not "
+                 f"comparable{why}</small></summary><ul>{items}</ul></details></td></tr>")
+        return _claim_row(head) + extra
+    values = sorted({c._measured_str() for c in group})
+    ours = values[0] if len(values) == 1 else ", ".join(values)
     return (f"<tr><td colspan='7' style='text-align:left'><details><summary>"
-            f"<b style='color:{_COLORS['not comparable']}'>{len(group)} claims not comparable</b>: "
-            f"{e(reason)}</summary><ul>{items}</ul></details></td></tr>")
+            f"<b style='color:{_COLORS['not comparable']}'>{len(group)} claims not comparable</b> beside one measured "
+            f"quantity (ours: {e(ours)}){why}</summary><ul>{items}</ul></details></td></tr>")
+
+
+def measurement_family(c: Claim | dict[str, Any]) -> tuple:
+    """What a not-comparable row stands on, for folding rows that repeat one measurement: the source measurement
+    (its id up to a ':', so "util:first" and "util:last" of one waterfall are one family) and the unit; claims
+    without an id, by their value (3 significant figures) and unit."""
+    d = c.to_dict() if isinstance(c, Claim) else c
+    mid, unit, v = d.get("measurement"), d.get("unit", ""), d.get("measured")
+    if mid:
+        return ("id", str(mid).split(":", 1)[0], unit)
+    return ("value", None if v is None else float(f"{v:.3g}"), unit)
+
+
+def fold_claims(claims: list[Claim] | list[dict[str, Any]]) -> list[tuple[Any, list[Any]]]:
+    """The rows of a claims table: (claim, []) for a claim shown alone, (judged claim, [not-comparable claims that
+    repeat its measurement]) or (None, [not-comparable claims of one measurement family]), in first-seen order.
+
+    A not-comparable claim whose measurement id, unit and value are a judged claim's folds under that claim; the
+    others fold by `measurement_family`. Rows that repeat one measurement become one row."""
+    def d(c):
+        return c.to_dict() if isinstance(c, Claim) else c
+
+    def exact(c):
+        x = d(c)
+        v = x.get("measured")
+        return (x.get("measurement"), x.get("unit"), None if v is None else float(f"{v:.4g}"))
+
+    judged = {}
+    for c in claims:
+        x = d(c)
+        if x.get("verdict") != "not comparable" and x.get("measurement") and x.get("measured") is not None:
+            judged.setdefault(exact(c), c)
+    under: dict[int, list] = {}
+    families: dict[tuple, list] = {}
+    for c in claims:
+        x = d(c)
+        if x.get("verdict") != "not comparable":
+            continue
+        head = judged.get(exact(c)) if x.get("measurement") else None
+        if head is not None:
+            under.setdefault(id(head), []).append(c)
+        else:
+            families.setdefault(measurement_family(c), []).append(c)
+    rows, done = [], set()
+    for c in claims:
+        x = d(c)
+        if x.get("verdict") != "not comparable":
+            rows.append((c, under.get(id(c), [])))
+            continue
+        if any(c is m for ms in under.values() for m in ms):
+            continue
+        fam = measurement_family(c)
+        group = families[fam]
+        if len(group) == 1:
+            rows.append((c, []))
+        elif fam not in done:
+            done.add(fam)
+            rows.append((None, group))
+    return rows
 
 
 def claims_table_html(claims: list[Claim] | list[dict[str, Any]], title: str = "") -> str:
     """Every claim of a lesson in one table: the claim (with its key), its band, what we measured and the verdict.
 
-    "Not comparable" claims that share one reason collapse into a single folded row listing them (the reason
-    once, each claim with its key, band and our proxy), where the first of them stood.
+    Rows that repeat one measurement fold into one (`fold_claims`): not-comparable claims beside a judged
+    claim's measurement are listed under it; others of one measurement family share a folded row listing each
+    claim with its key, band, our nearest measurement and why it is not comparable.
     """
     e = html.escape
     cs = [c if isinstance(c, Claim) else Claim.from_dict(c) for c in claims]
-    groups: dict[str, list[Claim]] = {}
-    for c in cs:
-        if c.verdict == "not comparable":
-            groups.setdefault(c.note, []).append(c)
-    rows, done = [], set()
-    for c in cs:
-        group = groups.get(c.note) if c.verdict == "not comparable" else None
-        if group is not None and len(group) > 1:
-            if c.note not in done:
-                done.add(c.note)
-                rows.append(_grouped_row(c.note, group))
-            continue
-        rows.append(_claim_row(c))
+    rows = []
+    for head, group in fold_claims(cs):
+        if head is not None and not group:
+            rows.append(_claim_row(head))
+        else:
+            rows.append(_folded_row(head, group))
     head = ("<tr><th>source</th><th>claim (key)</th><th>claimed</th><th>measured [interval]</th><th>verdict</th>"
             "<th>evidence</th><th>why / how</th></tr>")
     # Folded: the verdict lines above each experiment tell the story; the table is the record, at the page's end.
@@ -396,9 +515,16 @@ def verdict_tally(claims: list[dict[str, Any]]) -> str:
     return f"{len(claims)} claim{'s' if len(claims) != 1 else ''}: {parts}" if claims else "no claims"
 
 
-def count_verdicts(claims: list[dict[str, Any]]) -> dict[str, int]:
+def claim_origin(c: dict[str, Any]) -> str:
+    """A result JSON claim's origin: its "origin" field, else from its source (older files)."""
+    o = c.get("origin")
+    return o if o in ORIGINS else origin_of(c.get("source", ""))
+
+
+def count_verdicts(claims: list[dict[str, Any]], origin: str | None = None) -> dict[str, int]:
     """Verdicts by kind, one count per claim: claims that share a measurement each count with their own verdict
-    (one measurement can confirm one claim and refute another).
+    (one measurement can confirm one claim and refute another). `origin` ("guide" or "course") counts only those
+    claims (`claim_origin`); None counts all.
 
     Keys: confirmed, refuted_higher, refuted_lower, inconclusive, not comparable, not tested, and
     not_measured (confirmed or refuted by arithmetic, datasheet or definition, counted apart).
@@ -406,6 +532,8 @@ def count_verdicts(claims: list[dict[str, Any]]) -> dict[str, int]:
     out = {k: 0 for k in ("confirmed", "refuted_higher", "refuted_lower", "inconclusive", "not comparable",
                           "not tested", "not_measured")}
     for c in claims:
+        if origin is not None and claim_origin(c) != origin:
+            continue
         v = c.get("verdict", "not tested")
         if v in ("confirmed", "refuted") and c.get("evidence", "measured") != "measured":
             out["not_measured"] += 1

@@ -179,26 +179,50 @@ class Comparison:
         """The speedup with its interval (paired rounds, or both sides' quartiles)."""
         return self.speed.estimate()
 
+    def _work(self) -> tuple[float, str] | None:
+        """(after work / before work per call, the rate's name) when the two sides do different work per call:
+        items per call when both sides count them ("images/s"), else FLOPs per call ("FLOP/s"); None otherwise."""
+        def differ(b, a):
+            return bool(b and a) and abs(a - b) > 1e-9 * max(abs(a), abs(b))
+        b, a = self.before, self.after
+        if b.items and a.items:
+            return (a.items / b.items, f"{a.item_name}/s") if differ(b.items, a.items) else None
+        if differ(b.flops, a.flops):
+            return a.flops / b.flops, "FLOP/s"
+        return None
+
     @property
     def work_differs(self) -> bool:
-        """Whether the two sides do different work per call (items per call differ, e.g. batch 4 -> 16)."""
-        b, a = self.before.items, self.after.items
-        return bool(b and a) and abs(a - b) > 1e-9 * max(abs(a), abs(b))
+        """Whether the two sides do different work per call: items per call differ (batch 4 -> 16), or without
+        items on both sides, FLOPs per call differ."""
+        return self._work() is not None
 
     @property
     def basis(self) -> str:
-        """What the headline ratio compares: "items/s" when the work per call differs, else "time"."""
-        return "items/s" if self.work_differs else "time"
+        """What the headline ratio compares: "items/s" or "FLOP/s" when the work per call differs, else "time"."""
+        w = self._work()
+        return "time" if w is None else "FLOP/s" if w[1] == "FLOP/s" else "items/s"
 
     def headline(self) -> Estimate:
-        """The work-normalised ratio with its interval: after items/s over before items/s when the items per
-        call differ (the time speedup scaled by the exact ratio of items), else the time speedup (before time /
-        after time). Above 1 the after side does more work per second."""
+        """The work-normalised ratio with its interval, the one the verdict shows and `Claim.check` judges: after
+        items/s over before items/s when the items per call differ (the time speedup scaled by the exact ratio of
+        items), FLOP/s likewise when only the FLOPs per call differ, else the time speedup (before time / after
+        time). Above 1 the after side does more work per second."""
         est = self.estimate()
-        if not self.work_differs:
-            return est
-        k = self.after.items / self.before.items
-        return est.map(lambda x: x * k)
+        w = self._work()
+        return est if w is None else est.map(lambda x: x * w[0])
+
+    def round_ratios(self) -> list[float]:
+        """The headline ratio round by round (work-normalised like `headline`): paired windows of a pipeline, else
+        before / after of each pair of timing rounds; empty without paired rounds. Pass them as `repeats=` to
+        `Claim.check` or `Lesson.check`, so a verdict near a band edge covers the spread between rounds."""
+        if self.before.pipeline and self.after.pipeline:
+            raw = window_pair_ratios(self.before, self.after)
+        else:
+            rb, ra = self.before.measurement.round_medians, self.after.measurement.round_medians
+            raw = [b / a for b, a in zip(rb, ra) if a > 0] if len(rb) == len(ra) and len(rb) >= 2 else []
+        w = self._work()
+        return [r * w[0] for r in raw] if w else raw
 
     def throughput_ratio(self) -> Estimate | None:
         """after throughput / before throughput with its interval (for pipelines: window rates)."""
@@ -235,7 +259,7 @@ class Comparison:
         "within noise (...)" only when the headline interval holds 1."""
         h = self.headline()
         if self.work_differs:
-            rate = f"{self.after.item_name}/s"
+            rate = self._work()[1]
             if self.within_noise:
                 return f"within noise ({rate} {_ratio(h.value)})"
             s = f"{rate} {_ratio(h.value)} higher" if h.value >= 1 else f"{rate} {_ratio(1 / h.value)} lower"
@@ -309,7 +333,7 @@ class Comparison:
         """The experiment in one line: its name, the verdict in colour and the headline's interval."""
         e = html.escape
         color = "#666" if self.within_noise else ("#1a7f37" if self.headline().value >= 1 else "#b42318")
-        what = f"{self.after.item_name}/s ratio " if self.work_differs else ""
+        what = f"{self._work()[1]} ratio " if self.work_differs else ""
         return (f"<b>{e(self.name)}</b>: <span style='color:{color}'><b>{e(self.verdict)}</b></span> "
                 f"<small>({e(what)}interval {self._interval_text()})</small>")
 

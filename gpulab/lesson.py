@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .claims import Claim
+from .claims import SMOKE_NOTE, Claim
 from .device import DeviceInfo, get_device
 from .dtypes import dtype_support
 from .host import host_speed, launch_range_us, recorded_host
@@ -96,6 +96,12 @@ class ClaimSpec:
     evidence: str = "measured"
     needs: tuple[str, ...] = ()
     quote: str = ""  # the guide's words verbatim; `text` may be a shorter label of them
+    timed: bool | None = None  # whether it stands on a timing (None: from the unit, `Claim.is_timed`)
+
+    @property
+    def origin(self) -> str:
+        """"guide" when its source is the guide or a companion note, else "course" (`claims.origin_of`)."""
+        return self.new().origin
 
     def __post_init__(self):
         if not self.key or not isinstance(self.key, str):
@@ -113,7 +119,8 @@ class ClaimSpec:
     def new(self, notebook: str = "") -> Claim:
         """A fresh Claim of this spec, keyed for `notebook` (see `key_in`)."""
         return Claim(self.text, low=self.low, high=self.high, unit=self.unit, source=self.source,
-                     evidence=self.evidence, key=self.key_in(notebook), quote=self.quote or self.text)
+                     evidence=self.evidence, key=self.key_in(notebook), quote=self.quote or self.text,
+                     timed=self.timed)
 
 
 def _as_spec(c: ClaimSpec | dict[str, Any]) -> ClaimSpec:
@@ -201,15 +208,23 @@ class Lesson:
         return self.missing(*self.spec(key).needs) is None
 
     def check(self, key: str, measured: Any, note: str = "", *, interval: tuple[float, float] | None = None,
-              measurement: str | None = None) -> Claim:
-        """Judge claim `key` on a measurement (or mark it not tested when this run lacks what it needs); record it."""
+              measurement: str | None = None, repeats: Any = None) -> Claim:
+        """Judge claim `key` on a measurement and record it; `Claim.check` says what `measured` may be (a
+        Comparison is judged on its headline ratio) and how `repeats` widen the interval to their spread.
+
+        Not tested instead: when this run lacks what the claim needs (`needs`), or when a smoke run (smoke sizes,
+        or no GPU) meets a timed claim (a speed, ratio, MFU or utilization: `Claim.is_timed`), whose verdict such
+        sizes cannot carry; definitions, arithmetic, datasheet and other measured claims are still judged."""
         spec = self.spec(key)
         why = self.missing(*spec.needs)
         claim = spec.new(self.name)
         if why:
             claim.untestable(why)
+        elif self.small and claim.is_timed:
+            claim.untestable(SMOKE_NOTE)
+            claim.measurement = measurement  # what a full-size run judges it on
         else:
-            claim.check(measured, note, interval=interval, measurement=measurement)
+            claim.check(measured, note, interval=interval, measurement=measurement, repeats=repeats)
         return self.result.claim(claim)
 
     def not_comparable(self, key: str, proxy: Any = None, reason: str = "", *,

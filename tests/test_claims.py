@@ -189,3 +189,109 @@ def test_a_unitless_claim_has_no_stray_space():
     c = Claim("matches", low=1, high=1, unit="").check(0)
     assert c.expected == "1" and c._measured_str() == "0"
     assert "expected 1, measured 0:" in c._repr_html_()
+
+
+def test_a_comparison_of_unequal_work_is_judged_on_the_ratio_its_headline_shows():
+    """Batch 4 -> 16: each call takes about twice as long (time ratio ~0.5) but does 4x the work, so the headline
+    is images/s ~2x; a claim of "at least 1.5x" is judged on that, never on the time per call."""
+    b = RunResult("batch 4", Measurement("b", [1.0, 1.01, 0.99, 1.0]), items=4, item_name="images")
+    a = RunResult("batch 16", Measurement("a", [2.02, 2.03, 2.01, 2.02]), items=16, item_name="images")
+    cmp = Comparison("batch 4 -> 16", b, a)
+    assert cmp.speedup == pytest.approx(0.495, abs=0.01) and "images/s 1.98x higher" in cmp.verdict
+    c = Claim("a bigger batch trains 1.5x more images/s", low=1.5).check(cmp)
+    h = cmp.headline()
+    assert c.verdict == "confirmed" and c.measured == pytest.approx(h.value) == pytest.approx(1.98, abs=0.01)
+    assert c.interval == pytest.approx(h.interval)
+    same = Comparison("equal work", RunResult("b", Measurement("b", [1.0] * 4), items=8),
+                      RunResult("a", Measurement("a", [0.5] * 4), items=8))
+    assert Claim("2x", low=1.9, high=2.1).check(same).measured == pytest.approx(2.0)  # equal work: time ratio
+    assert "headline" in Claim.check.__doc__ and "items/s" in Claim.check.__doc__
+
+
+def test_repeats_widen_the_interval_to_their_spread_at_a_band_edge():
+    """A ratio read 6.90x [6.88, 6.92] against a 7.0 edge is refuted on one measurement's interval; the same shape
+    measured again at 7.14x makes it inconclusive, as the spread of its own repeats says."""
+    c = Claim("TF32 ~8x", low=7, high=9).check(6.9, interval=(6.88, 6.92))
+    assert c.verdict == "refuted"
+    c = Claim("TF32 ~8x", low=7, high=9).check(6.9, interval=(6.88, 6.92), repeats=[6.95, 7.14, float("nan")])
+    assert c.verdict == "inconclusive" and c.interval == (6.88, 7.14) and c.measured == 6.9
+    assert Claim("x", low=1).check(2.0, repeats=[]).interval == (2.0, 2.0)  # no repeats: unchanged
+
+
+def test_the_course_s_own_targets_are_counted_apart_from_the_guide_s_claims():
+    from gpulab.claims import claim_origin, origin_of
+
+    assert origin_of("course target") == origin_of("course target for gpulab's tracker") == "course"
+    assert origin_of("guide §7.3") == origin_of("002 optimization review") == origin_of("000 summary") == "guide"
+    assert origin_of("self-check floor") == origin_of("monitor") == origin_of("") == "course"
+    assert origin_of("guide §8.4 (the 1% bar is this course's)") == "course"
+    ours = Claim("10x floor", low=10, source="course target").check(12)
+    theirs = Claim("2-3x", low=2, high=3, source="guide §7.1").check(2.5)
+    assert (ours.origin, theirs.origin) == ("course", "guide")
+    d = [ours.to_dict(), theirs.to_dict(), {"text": "old", "verdict": "confirmed", "source": "course check"}]
+    assert [claim_origin(c) for c in d] == ["course", "guide", "course"]
+    assert count_verdicts(d, origin="guide")["confirmed"] == 1 and count_verdicts(d, origin="course")["confirmed"] == 2
+    assert count_verdicts(d)["confirmed"] == 3
+    with pytest.raises(ValueError, match="origin"):
+        Claim("x", low=1, origin="hearsay")
+
+
+def test_not_comparable_rows_that_repeat_one_measurement_fold_into_one_and_are_never_blank():
+    from gpulab.claims import claims_table_html, fold_claims
+
+    judged = Claim("floor 10x", low=10, key="08.floor", source="course target").check(12.5, measurement="speedup")
+    others = [Claim(f"system {i}: {i}x", low=i, key=f"08.sys{i}").not_comparable(12.5, f"system {i}",
+                                                                                 measurement="speedup")
+              for i in range(3)]
+    util = [Claim("util 65%", low=60, unit="%", key="08.u0").not_comparable(97.0, "VLM", measurement="util:first"),
+            Claim("util 95%", low=90, unit="%", key="08.u1").not_comparable(98.0, "VLM", measurement="util:last")]
+    blank = Claim("ResNet MFU", low=60, unit="%", key="02.mfu_0").not_comparable(None, "another model")
+    rows = fold_claims([judged, *others, *util, blank])
+    assert [(h.key if h else None, [c.key for c in g]) for h, g in rows] == [
+        ("08.floor", ["08.sys0", "08.sys1", "08.sys2"]), (None, ["08.u0", "08.u1"]), ("02.mfu_0", [])]
+    page = claims_table_html([judged, *others, *util, blank])
+    assert all(k in page for k in ("08.sys0", "08.sys2", "08.u1", "02.mfu_0")) and "none measured" in page
+
+
+@pytest.mark.parametrize("gpu", ["nvidia-h100-80gb-hbm3"])
+def test_the_reference_s_not_comparable_rows_fold_to_at_most_30_and_12_in_08(gpu):
+    import json
+    from pathlib import Path
+
+    from gpulab.claims import fold_claims
+
+    folder = Path(__file__).resolve().parents[1] / "data" / "reference" / gpu
+    per = {}
+    for p in sorted(folder.glob("[0-9][0-9]_*.json")):
+        claims = json.loads(p.read_text())["claims"]
+        per[p.stem] = sum(1 for h, g in fold_claims(claims)
+                          if (h is None and g) or (h is not None and h["verdict"] == "not comparable"))
+    assert per["08_case_study"] <= 12 and sum(per.values()) <= 30, per
+
+
+def test_a_comparison_of_unequal_flops_without_items_is_judged_on_flop_per_second():
+    """A 1000-token sequence against 1024 (no items counted): the FLOPs per call differ, so the headline, its
+    verdict and a claim on it are FLOP/s after over before, not the time per call."""
+    b = RunResult("seq 1000", Measurement("b", [1.0, 1.01, 0.99, 1.0]), flops=1.0e12)
+    a = RunResult("seq 1024", Measurement("a", [1.0, 1.01, 0.99, 1.0]), flops=2.0e12)
+    cmp = Comparison("alignment", b, a)
+    assert cmp.basis == "FLOP/s" and cmp.headline().value == pytest.approx(2.0)
+    assert cmp.verdict.startswith("FLOP/s 2.00x higher")
+    assert Claim("aligned runs >= 1.05x the FLOP/s", low=1.05).check(cmp).verdict == "confirmed"
+    same = Comparison("equal", RunResult("b", Measurement("b", [1.0] * 4), flops=1e12, items=4),
+                      RunResult("a", Measurement("a", [1.0] * 4), flops=2e12, items=4))
+    assert same.basis == "time"  # items counted on both sides decide: equal items, equal work
+
+
+def test_a_comparison_s_round_ratios_are_the_repeats_a_verdict_at_a_band_edge_covers():
+    """Four interleaved rounds read 6.8x-7.2x per round; the median-of-rounds interval alone says 6.9x-7.1x. Passed
+    as repeats, the rounds' spread decides a 7.0 edge: inconclusive, not refuted on one round."""
+    rb, ra = [6.8, 7.0, 7.1, 7.2], [1.0, 1.0, 1.0, 1.0]
+    b = RunResult("fp32", Measurement("b", rb, meta={"round_medians": rb}), items=2)
+    a = RunResult("tf32", Measurement("a", ra, meta={"round_medians": ra}), items=4)
+    cmp = Comparison("tf32", b, a)
+    assert cmp.round_ratios() == pytest.approx([13.6, 14.0, 14.2, 14.4])  # work-normalised like the headline
+    c = Claim("~14x", low=13.9, high=20).check(cmp, repeats=cmp.round_ratios())
+    assert c.interval[0] == pytest.approx(13.6) and c.verdict == "inconclusive"
+    assert Comparison("one round", RunResult("b", Measurement("b", [1.0])),
+                      RunResult("a", Measurement("a", [1.0]))).round_ratios() == []

@@ -33,7 +33,7 @@ def test_smoke_key_without_full_is_an_error():
 def test_claim_needs_give_not_tested_in_one_place(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
     les = _lesson({}, claims=[dict(key="gpu", text="a GPU claim", low=1, high=2, needs="cuda"),
-                              dict(key="any", text="any claim", low=1, high=2),
+                              dict(key="any", text="any claim", low=1, high=2, unit="kernels"),
                               dict(key="never", text="never reached", low=0, high=1)])
     assert les.check("gpu", 1.5).verdict == "not tested"
     assert "CUDA" in les.result.claims[0].note
@@ -43,6 +43,36 @@ def test_claim_needs_give_not_tested_in_one_place(tmp_path, monkeypatch):
     verdicts = {c["text"]: c["verdict"] for c in data["claims"]}
     assert verdicts == {"a GPU claim": "not tested", "any claim": "confirmed", "never reached": "not tested"}
     assert data["smoke"] is True
+
+
+def test_a_smoke_run_judges_no_timing_claim_but_still_judges_the_rest(tmp_path, monkeypatch):
+    """Smoke sizes carry no speed verdict: a speed, ratio, MFU or utilization claim is "not tested" with the
+    reason; a count, a definition, arithmetic, a datasheet value or a claim marked untimed is still judged."""
+    from gpulab.claims import SMOKE_NOTE
+
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    les = _lesson({}, claims=[dict(key="speed", text="2-3x faster", low=2, high=3),
+                              dict(key="gain", text="10-20% faster", low=10, high=20, unit="% gain"),
+                              dict(key="mfu", text="40-60% MFU", low=40, high=60, unit="%"),
+                              dict(key="rate", text="480 samples/s", low=400, unit="samples/s"),
+                              dict(key="kernels", text="1 fused kernel", low=1, high=1, unit="kernels"),
+                              dict(key="bits", text="7 mantissa bits", low=7, high=7, unit="bits",
+                                   evidence="definition"),
+                              dict(key="formula", text="1.7 TFLOP per step", low=1.6, high=1.8, unit="%",
+                                   evidence="arithmetic"),
+                              dict(key="memory", text="half the memory", low=1.8, high=2.2, timed=False)])
+    assert les.small
+    for key in ("speed", "gain", "mfu", "rate"):
+        c = les.check(key, 2.5, interval=(2.4, 2.6))
+        assert (c.verdict, c.note, c.measured) == ("not tested", SMOKE_NOTE, None), key
+    assert les.check("kernels", 1).verdict == "confirmed"
+    assert les.check("bits", 7).verdict == "confirmed"
+    assert les.check("formula", 1.7).verdict == "confirmed"
+    assert les.check("memory", 2.0).verdict == "confirmed"
+    data = json.loads(les.save().read_text())
+    timed = {c["key"].split(".")[-1]: c["timed"] for c in data["claims"]}
+    assert timed == {"speed": True, "gain": True, "mfu": True, "rate": True, "kernels": False, "bits": False,
+                     "formula": False, "memory": False}
 
 
 def test_claim_spec_errors_name_the_field():

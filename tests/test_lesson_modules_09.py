@@ -101,17 +101,21 @@ def test_slow_loop_runs_and_each_fix_changes_one_habit():
 @pytest.mark.notebook
 def test_launch_bound_verdicts_stand_on_each_trackers_own_time(smoke_run):
     """On the launch-bound loop the host paces the step, so both trackers are judged on their own host time (the
-    guide's: inside its start_step() and end_step(), its two syncs); on the GPU-bound loop the paired A/B decides."""
+    guide's: inside its start_step() and end_step(), its two syncs); on the GPU-bound loop the paired A/B decides.
+    A smoke run judges none of them (no timing claim at smoke sizes) but names what a full run judges each on."""
+    from gpulab.claims import SMOKE_NOTE
+
     data, _ = smoke_run("09_profiling")
     claims = {c["key"]: c for c in data["claims"]}
+    for key in ("guide_tracker_cost_launch_bound", "tracker_cost_launch_bound", "guide_tracker_cost_gpu_bound",
+                "tracker_cost_gpu_bound"):
+        assert (claims[f"09.{key}"]["verdict"], claims[f"09.{key}"]["note"]) == ("not tested", SMOKE_NOTE), key
     guide = claims["09.guide_tracker_cost_launch_bound"]
     assert guide["measurement"] == "guide §8.4 tracker's own host time, launch-bound loop"
-    assert "start_step() and end_step()" in guide["note"] and "on vs off in the same run" in guide["note"]
     assert claims["09.tracker_cost_launch_bound"]["measurement"] == "tracker's own host time, launch-bound loop"
     assert claims["09.guide_tracker_cost_gpu_bound"]["measurement"].startswith("tracker overhead, GPU-bound loop")
     launch = data["extra"]["tracker_overhead"]["launch-bound loop"]
-    assert guide["measured"] == pytest.approx(launch["guide_own_cost_pct"][2])
-    assert len(launch["guide_own_s"]) == len(launch["rounds"]["off"])
+    assert len(launch["guide_own_cost_pct"]) == 3 and len(launch["guide_own_s"]) == len(launch["rounds"]["off"])
 
 
 def test_the_guide_tracker_takes_enough_pairs_for_its_bar():

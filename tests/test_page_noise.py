@@ -19,7 +19,7 @@ from test_results import make_result
 REPO = str(Path(__file__).resolve().parents[1])
 
 
-def test_not_comparable_claims_sharing_a_reason_collapse_into_one_row_and_every_claim_shows_its_key():
+def test_not_comparable_claims_repeating_one_measurement_collapse_into_one_row_and_every_claim_shows_its_key():
     reason = "arr-coc module timings: another model on another GPU"
     claims = [Claim("BF16 2-3x", low=2, high=3, key="07.bf16_speed").check(2.5)]
     claims += [Claim(f"module {i} 45 -> 8 ms", low=5, key=f"08.module_{i}").not_comparable(1.5, reason)

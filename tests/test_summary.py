@@ -12,7 +12,7 @@ from test_results import make_result
 
 def _claim(verdict, side=None, measurement=None, evidence="measured"):
     return {"text": f"{verdict} {side} {measurement}", "verdict": verdict, "side": side,
-            "measurement": measurement, "evidence": evidence, "measured": 1.0}
+            "measurement": measurement, "evidence": evidence, "measured": 1.0, "source": "guide §1.2"}
 
 
 def _data(claims, experiments):
@@ -40,7 +40,7 @@ def test_notebook_table_counts_verdicts_by_kind_one_per_claim():
               _claim("confirmed", evidence="definition")]
     table = summary.notebook_table({"01_measuring": _data(claims, [_exp("a", 2.0, "optimisation")])})
     row = table.splitlines()[2].split(" | ")
-    assert row[4:] == ["2", "1", "2", "1", "1", "1", "1 |"]  # the refutation sharing m1 is counted
+    assert row[5:] == ["2", "1", "2", "1", "1", "1", "1", "— |"]  # the refutation sharing m1 is counted
 
 
 def test_largest_gain_is_an_optimisation_and_old_files_without_kind_count_as_one():
@@ -172,7 +172,7 @@ def test_comparisons_with_a_reference_match_claims_on_their_key_not_their_wordin
     assert "| 07_x | **BF16 is 2-3x faster (`07.bf16_speed`)** | confirmed | refuted: lower than claimed |" in text
     tables = summary.summary_tables({"07_x": {"claims": mine["07"], "experiments": []}},
                                     {"07_x": {"claims": ref["07"], "experiments": []}})
-    assert "| 07_x | same words (`07.fp16_speed`) |  | — | confirmed | — | — |" in tables
+    assert "| 07_x | same words (`07.fp16_speed`) | course |  | — | confirmed | — | — |" in tables  # no source
 
 
 def test_readme_refuses_a_smoke_or_cpu_run_before_writing_anything(tmp_path, capsys):
@@ -212,3 +212,50 @@ def test_readme_without_a_reference_section_is_refused_before_writing(tmp_path, 
     assert main(["summary", str(folder), "--readme", str(tmp_path / "missing.md")]) == 2
     assert "not a README with a reference section" in capsys.readouterr().err
     assert not (folder / "summary.md").exists()
+
+
+def test_the_headline_gain_is_the_lesson_s_marked_experiment_on_equal_work_with_its_interval(tmp_path):
+    """01's 5.35x micro-benchmark is not what 01 teaches: the experiment the lesson marks as its headline is shown,
+    with its interval, beside the refuted and inconclusive counts; unmarked results fall back to the largest."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    micro, taught = _exp("tiny add, graphs", 5.35, "optimisation"), _exp("bf16 training step", 1.8, "optimisation")
+    taught.update(headline=True, ratio_interval=[1.7, 1.9])
+    micro["headline"] = False
+    d = _data([_claim("refuted", "lower"), _claim("inconclusive")], [micro, taught])
+    d["wall_s"] = 71.4
+    table = summary.notebook_table({"01_measuring": d})
+    row = table.splitlines()[2]
+    assert "1.80x [1.70, 1.90]: bf16 training step" in row and "5.35" not in row and "| 71 |" in row
+    assert summary.largest_gain(d)["name"] == "bf16 training step"
+    assert [e["name"] for e, _ in summary.headline_gains(d)] == ["bf16 training step"]
+    old = _data([], [_exp("a", 1.2, "optimisation"), _exp("b", 3.0, "optimisation")])  # no headline field
+    assert [e["name"] for e, _ in summary.headline_gains(old)] == ["b"]
+    fig = summary.summary_figure({"01_measuring": d})
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["01 bf16 training step"]
+    plt.close(fig)
+    tables = summary.summary_tables({"01_measuring": d})
+    assert "**bf16 training step** (headline)" in tables and "1.80x [1.70, 1.90]" in tables
+
+
+def test_a_smoke_summary_shows_no_speed_verdict_and_no_gain(tmp_path):
+    d = _data([], [_exp("bf16", 2.5, "optimisation")])
+    d["experiments"][0]["verdict"] = "2.50x faster"
+    smoke = d | {"smoke": True}
+    tables = summary.summary_tables({"01_measuring": smoke})
+    assert "2.50x faster" not in tables and "2.50x" not in tables and "smoke run: not a speed measurement" in tables
+    assert "2.50x" not in summary.notebook_table({"01_measuring": smoke})
+    assert "2.50x faster" in summary.summary_tables({"01_measuring": d})
+
+
+def test_the_course_s_own_targets_are_counted_apart_in_every_table():
+    claims = [dict(_claim("confirmed"), source="guide §1.2"), dict(_claim("confirmed"), source="course target"),
+              dict(_claim("refuted", "lower"), source="course check", origin="course")]
+    d = _data(claims, [])
+    row = summary.notebook_table({"01_measuring": d}).splitlines()[2].split(" | ")
+    assert row[5] == "1" and row[-1] == "1 confirmed or settled, 1 refuted |"
+    tables = summary.summary_tables({"01_measuring": d})
+    assert tables.count("| course |") == 2 and tables.count("| guide |") == 1
+    assert "course's own targets" in summary.notebook_table({}) and "course's own targets" in summary.COUNTS_NOTE

@@ -1,13 +1,16 @@
 """The summary of a course run, built only from result JSON files: tables, a figure, the README's section.
 
 Verdicts are counted by kind (a refutation "higher than claimed" apart from one "lower than claimed"), one
-count per claim (claims that share a measurement each count with their own verdict). "Largest gain" and the
-figure look only at optimisations (a demonstration's contrast, such as tiny kernels vs one big matmul, is not a
-gain to adopt), on the work-normalised ratio (items/s after over before when the items per call differ, else
-the time ratio), never from a smoke or CPU run, and never from an implausible ratio (a scaling efficiency over
-100%, CPU processes standing in for GPUs), which is flagged instead. Claims of two runs match on their key.
-Files written before those fields existed still summarise: a missing kind is an optimisation, a missing side
-or evidence counts as measured, a claim without a key matches on its text.
+count per claim (claims that share a measurement each count with their own verdict), the guide's claims apart
+from the course's own targets (`claims.claim_origin`). The "headline gain" and the figure show, per notebook,
+the experiment(s) its lesson marks as the headline (`res.add(cmp, headline=True)`), on the work-normalised ratio
+(items/s after over before when the items per call differ, else the time ratio) with its interval; a result
+that marks none (one written before headlines were marked) falls back to its largest optimisation (a
+demonstration's contrast, such as tiny kernels vs one big matmul, is not a gain to adopt). Never from a smoke or
+CPU run, and never from an implausible ratio (a scaling efficiency over 100%, CPU processes standing in for
+GPUs), which is flagged instead. Claims of two runs match on their key. Files written before those fields
+existed still summarise: a missing kind is an optimisation, a missing side or evidence counts as measured, a
+missing origin comes from the source, a claim without a key matches on its text.
 """
 from __future__ import annotations
 
@@ -16,14 +19,16 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..claims import Claim, Estimate, agreement, count_verdicts, match_claims
+from ..claims import Claim, Estimate, agreement, claim_origin, count_verdicts, fold_claims, match_claims
 from ..device import host_difference
 from ..host import recorded_host, speed_difference
 from ..results import ResultError, load_result, write_text_atomic
 
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
                "verdict; \"settled without measuring\" holds claims confirmed or refuted by arithmetic, a datasheet "
-               "or a definition.")
+               "or a definition. The verdict columns count the guide's claims; the course's own targets (floors and "
+               "checks the course sets itself) are counted apart. The headline gain is the optimisation each "
+               "lesson teaches, on equal work, with its 95% interval.")
 NOT_SPEED = "smoke run: not a speed measurement"
 
 RESULT_GLOB = "[0-9][0-9]_*.json"
@@ -94,14 +99,17 @@ def not_a_speed_run(data: dict) -> str | None:
 
 def gain(e: dict) -> Estimate:
     """An experiment's work-normalised ratio with its interval: items/s after over before whenever the items per
-    call differ, else the time ratio (before time / after time). Older files: recomputed from both sides."""
+    call differ (FLOP/s where no items are counted and the FLOPs differ), else the time ratio (before time / after
+    time). Older files: recomputed from both sides."""
     if e.get("ratio") is not None and e.get("ratio_interval"):
         lo, hi = e["ratio_interval"]
         return Estimate(e["ratio"], min(lo, e["ratio"]), max(hi, e["ratio"]))
     v = e["speedup"]
     lo, hi = e.get("speedup_interval") or (v, v)
     ib, ia = (e.get("before") or {}).get("items"), (e.get("after") or {}).get("items")
-    k = ia / ib if ib and ia and abs(ia - ib) > 1e-9 * max(ia, ib) else 1.0  # unequal work: items/s ratio
+    if not (ib and ia):  # no items on a side: FLOPs per call say whether the work differs
+        ib, ia = (((e.get(side) or {}).get("summary") or {}).get("flops") for side in ("before", "after"))
+    k = ia / ib if ib and ia and abs(ia - ib) > 1e-9 * max(ia, ib) else 1.0  # unequal work: items/s or FLOP/s
     return Estimate(v * k, min(lo, v) * k, max(hi, v) * k)
 
 
@@ -139,49 +147,86 @@ def flagged(results: dict[str, dict]) -> list[str]:
 
 
 def gains(data: dict) -> list[tuple[dict, Estimate]]:
-    """The optimisations of one result with their work-normalised ratios, largest first; none from a smoke or
-    CPU run, and none that is implausible."""
+    """The gains one result shows, with their work-normalised ratios, largest first: the experiments its lesson
+    marks as the headline, or where none is marked (older results) every optimisation; none from a smoke or CPU
+    run, and none that is implausible."""
     if not_a_speed_run(data):
         return []
-    out = [(e, gain(e)) for e in data.get("experiments", [])
-           if _kind(e) == "optimisation" and not implausible(e, data)]
+    exps = data.get("experiments", [])
+    marked = [e for e in exps if e.get("headline")]
+    pool = marked or [e for e in exps if _kind(e) == "optimisation"]
+    out = [(e, gain(e)) for e in pool if not implausible(e, data)]
     return sorted(out, key=lambda p: -p[1].value)
 
 
+def headline_gains(data: dict) -> list[tuple[dict, Estimate]]:
+    """The notebook's headline gain(s): every experiment its lesson marks as the headline, else (a result that
+    marks none) its largest optimisation; empty for a smoke or CPU run."""
+    g = gains(data)
+    return g if any(e.get("headline") for e, _ in g) else g[:1]
+
+
+def _claim_cells(c: dict) -> tuple[str, str]:
+    """(measured [interval], verdict) of a result JSON claim as the tables show them."""
+    try:
+        measured = Claim.from_dict(c)._measured_str()
+    except (TypeError, ValueError, KeyError):  # an older file's claim: its value alone
+        measured = _fmt(c.get("measured"), "{:.3g}")
+    return measured, _verdict(c)
+
+
 def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None = None) -> str:
-    """Markdown tables of every before/after and every claim, with the reference beside when given."""
+    """Markdown tables of every before/after and every claim, with intervals, and the reference beside when given.
+
+    A smoke or CPU run's experiments show no speed verdict. Claims show their origin (the guide's, or the
+    course's own target); not-comparable rows that repeat one measurement fold into one (`claims.fold_claims`).
+    """
     reference = reference or {}
-    ref_col = " | reference speedup" if reference else ""
-    lines = ["| notebook | experiment | kind | speedup (items/s ratio where the work differs) | verdict | MFU before "
-             "| MFU after | GPU busy before "
-             "| GPU busy after" + ref_col + " |", "|" + " --- |" * (9 + bool(reference))]
+    ref_col = " | reference ratio" if reference else ""
+    lines = ["| notebook | experiment | kind | ratio [95% interval] (items/s or FLOP/s where the work differs) "
+             "| verdict | MFU before | MFU after | GPU busy before | GPU busy after" + ref_col + " |",
+             "|" + " --- |" * (9 + bool(reference))]
     for nb, data in sorted(results.items()):
         refs = {e["name"]: e for e in reference.get(nb, {}).get("experiments", [])}
+        not_speed = not_a_speed_run(data)
         for e in data["experiments"]:
             b, a = e["before"]["summary"], e["after"]["summary"]
             mfu = [_fmt(None if s.get("mfu") is None else s["mfu"] * 100, "{:.1f}%") for s in (b, a)]
             util = [_fmt(s.get("nvml_util"), "{:.0f}%") for s in (b, a)]
             flag = implausible(e, data)
-            row = (f"| {nb} | {e['name']}{' (flagged: ' + flag + ')' if flag else ''} | {_kind(e)} | "
-                   f"{gain(e).value:.2f}x | {e.get('verdict', '—')} | {mfu[0]} "
-                   f"| {mfu[1]} | {util[0]} | {util[1]}")
+            name = f"**{e['name']}** (headline)" if e.get("headline") else e["name"]
+            verdict = not_speed or e.get("verdict", "—")
+            ratio = "—" if not_speed else _ratio_str(gain(e))
+            row = (f"| {nb} | {name}{' (flagged: ' + flag + ')' if flag else ''} | {_kind(e)} | "
+                   f"{ratio} | {verdict} | {mfu[0]} | {mfu[1]} | {util[0]} | {util[1]}")
             if reference:
                 r = refs.get(e["name"])
-                row += f" | {_fmt(gain(r).value if r else None, '{:.2f}x')}"
+                row += f" | {_ratio_str(gain(r)) if r else '—'}"
             lines.append(row + " |")
     ref_c = " | reference measured | reference verdict" if reference else ""
-    lines += ["", "| notebook | claim | expected | measured | verdict" + ref_c + " |",
-              "|" + " --- |" * (5 + 2 * bool(reference))]
+    lines += ["", "| notebook | claim | origin | expected | measured [interval] | verdict" + ref_c + " |",
+              "|" + " --- |" * (6 + 2 * bool(reference))]
     for nb, data in sorted(results.items()):
         refs = {id(mine): theirs for _, theirs, mine in match_claims(reference.get(nb, {}).get("claims", []),
                                                                       data["claims"])}
-        for c in data["claims"]:
-            key = f" (`{c['key']}`)" if c.get("key") else ""
-            row = (f"| {nb} | {c['text']}{key} | {c.get('expected', '')} | {_fmt(c.get('measured'), '{:.3g}')} "
-                   f"| {_verdict(c)}")
+        for head, group in fold_claims(data["claims"]):
+            c = head if head is not None else group[0]
+            keys = [x.get("key") or x.get("text", "") for x in group]
+            if head is None:  # not-comparable claims beside one measurement: one row
+                label = f"{len(group)} claims of other systems beside one measurement: " + ", ".join(
+                    f"`{k}`" for k in keys)
+                expected = ", ".join(x.get("expected", "") for x in group)
+            else:
+                label = c["text"] + (f" (`{c['key']}`)" if c.get("key") else "")
+                if group:
+                    label += "; the same measurement beside " + ", ".join(f"`{k}`" for k in keys) + \
+                             " (not comparable)"
+                expected = c.get("expected", "")
+            measured, verdict = _claim_cells(c)
+            row = f"| {nb} | {label} | {claim_origin(c)} | {expected} | {measured} | {verdict}"
             if reference:
                 r = refs.get(id(c), {})
-                row += f" | {_fmt(r.get('measured'), '{:.3g}')} | {_verdict(r) if r else '—'}"
+                row += f" | {_claim_cells(r)[0] if r else '—'} | {_verdict(r) if r else '—'}"
             lines.append(row + " |")
     return "\n".join(lines)
 
@@ -214,30 +259,44 @@ def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> s
 
 
 def largest_gain(data: dict) -> dict | None:
-    """The optimisation with the largest work-normalised ratio (`gains`; demonstrations are contrasts, not
-    gains); None from a smoke or CPU run."""
-    g = gains(data)
+    """The notebook's first headline gain (`headline_gains`: the experiment its lesson marks, else its largest
+    optimisation); None from a smoke or CPU run."""
+    g = headline_gains(data)
     return g[0][0] if g else None
 
 
-def notebook_table(results: dict[str, dict], *, dates: bool = True) -> str:
-    """Markdown: one row per notebook, with its date, its largest gain and its claims' verdicts by kind.
+def _course_counts(claims: list[dict]) -> str:
+    """The course's own targets' verdicts in a few words ("2 confirmed, 1 refuted"), or "—"."""
+    n = count_verdicts(claims, origin="course")
+    parts = [(n["confirmed"] + n["not_measured"], "confirmed or settled"),
+             (n["refuted_higher"] + n["refuted_lower"], "refuted"), (n["inconclusive"], "inconclusive"),
+             (n["not comparable"], "not comparable"), (n["not tested"], "not tested")]
+    return ", ".join(f"{k} {w}" for k, w in parts if k) or "—"
 
-    Every claim counts once with its own verdict (claims sharing a measurement each count); claims settled by
-    arithmetic, a datasheet or a definition are counted apart from measured ones. The largest gain is the
-    optimisation with the largest work-normalised ratio; a smoke or CPU run shows no gain.
+
+def notebook_table(results: dict[str, dict], *, dates: bool = True) -> str:
+    """Markdown: one row per notebook, with its date, its wall time, its headline gain and its claims' verdicts.
+
+    The headline gain is the experiment the lesson marks as its headline (`headline_gains`), on equal work, with
+    its 95% interval; a smoke or CPU run shows none. Every claim counts once with its own verdict (claims sharing
+    a measurement each count); the verdict columns count the guide's claims, with those settled by arithmetic, a
+    datasheet or a definition apart from measured ones; the course's own targets have their own column.
     """
     head = ["notebook"] + (["date (UTC)"] if dates else []) + [
-        "experiments", "largest gain", "confirmed", "refuted: higher than claimed", "refuted: lower than claimed",
-        "inconclusive", "not comparable", "not tested", "settled without measuring"]
+        "wall (s)", "experiments", "headline gain [95% interval]", "confirmed", "refuted: higher than claimed",
+        "refuted: lower than claimed", "inconclusive", "not comparable", "not tested", "settled without measuring",
+        "course's own targets"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for nb, data in sorted(results.items()):
-        g = gains(data)
-        best = f"{_ratio_str(g[0][1])}: {g[0][0]['name']}" if g else not_a_speed_run(data) or "—"
-        n = count_verdicts(data["claims"])
+        g = [] if nb.startswith("00_") else headline_gains(data)  # the self-check is a control, not a change
+        best = "; ".join(f"{_ratio_str(est)}: {e['name']}" for e, est in g) if g else (
+            not_a_speed_run(data) or "—")
+        n = count_verdicts(data["claims"], origin="guide")
+        wall = data.get("wall_s")
         cells = [nb] + ([_date(data)] if dates else []) + [
-            str(len(data["experiments"])), best, n["confirmed"], n["refuted_higher"], n["refuted_lower"],
-            n["inconclusive"], n["not comparable"], n["not tested"], n["not_measured"]]
+            _fmt(wall if isinstance(wall, (int, float)) else None, "{:.0f}"), str(len(data["experiments"])), best,
+            n["confirmed"], n["refuted_higher"], n["refuted_lower"], n["inconclusive"], n["not comparable"],
+            n["not tested"], n["not_measured"], _course_counts(data["claims"])]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines)
 
@@ -258,12 +317,12 @@ GAIN_COLORS = {"faster": ("#00798c", "faster (interval above 1)"),
                "slower": ("#b42318", "slower (interval below 1)")}
 
 
-def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 1,
+def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 3,
                    title: str = ""):
-    """What each change gained: the `per_notebook` largest optimisations of each notebook (`gains`) on their
-    work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the reference
-    GPU's ratio marked beside and a legend for every colour. Demonstrations, implausible ratios and smoke or
-    CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
+    """What each lesson's change gained: each notebook's headline gain(s) (`headline_gains`, at most `per_notebook`)
+    on their work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the
+    reference GPU's ratio marked beside and a legend for every colour. Unmarked demonstrations, implausible ratios
+    and smoke or CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
     control, not a change). Sized for about 900 px."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
@@ -271,7 +330,7 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     rows = [(nb, e, est) for nb, d in sorted(results.items()) if not nb.startswith("00_")
-            for e, est in gains(d)[:per_notebook]]
+            for e, est in headline_gains(d)[:per_notebook]]
     fig, ax = plt.subplots(figsize=(9, 0.42 * max(len(rows), 3) + 1.6))
     if title:
         ax.set_title(title, fontsize=10)
@@ -442,7 +501,8 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
                    f"{ref_host['launch_us']:.3g} µs in the reference.", ""]
     not_speed = sorted({w for d in results.values() if (w := not_a_speed_run(d))})
     if not_speed:
-        md += [f"{'; '.join(not_speed)}: the timings check that the code runs, the gains are not shown.", ""]
+        md += [f"{'; '.join(not_speed)}: the timings check that the code runs; no gain, speed verdict or timing "
+               "claim is shown or judged.", ""]
     md += [notebook_table(results), "", COUNTS_NOTE, "", summary_tables(results, reference)]
     flags = flagged(results) + [f"reference {f}" for f in flagged(reference)]
     if flags:
@@ -455,8 +515,8 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     out = Path(out)
     md_path = write_text_atomic(out / "summary.md", "\n".join(md) + "\n")
     with matplotlib.rc_context():
-        fig = summary_figure(results, reference, title=f"What each optimisation gained on {device} (the largest "
-                             "of each notebook)")
+        fig = summary_figure(results, reference, title=f"What each lesson's optimisation gained on {device} "
+                             "(each notebook's headline, equal work)")
         buf = io.BytesIO()
         fig.savefig(buf, dpi=100, format="png", bbox_inches="tight")
         plt.close(fig)

@@ -17,18 +17,17 @@ THEIRS = "the guide's model and GPU"
 GEMMA = "Gemma-1B on an RTX 3090"
 T62 = "guide §6.2 (its table; model, GPU and sequence length not stated)"
 ROW8 = "8          | 45%      | 12 GB       | 120 samples/s"
-ROW64 = "64         | 92%      | 45 GB       | 480 samples/s"
 
 CLAIMS = [
     dict(key="util_8_64", text="GPU utilization rises with batch size, 45% at batch 8 to 92% at batch 64; measured: "
-         "NVML percentage points gained from 8 to 64", quote=ROW64, low=35, high=60, unit="points", source=T62,
-         needs=GPU),
+         "NVML percentage points gained from 8 to 64", quote="64         | 92%", low=35, high=60, unit="points",
+         source=T62, needs=GPU),
     dict(key="sweet_spot", text="the sweet spot is batch 32; measured: last batch before a bigger one gains "
          "relatively less throughput than it adds memory (the rule that gives 32 on the guide's table)", low=24,
          quote="32         | 85%      | 28 GB       | 380 samples/s  ← Sweet spot", high=48, unit="sequences",
          source=T62, needs=GPU),
     dict(key="memory_8_64", text="memory grows with batch size, 12 GB at batch 8 to 45 GB at batch 64 (3.75x); "
-         "measured: peak memory ratio 64 / 8", quote=ROW8, low=2.8, high=4.7, source=T62, needs=GPU),
+         "measured: peak memory ratio 64 / 8", quote=ROW8, low=2.8, high=4.7, source=T62, needs=GPU, timed=False),
     dict(key="util_8_12", text="batch 8 -> 12: 15-20% better GPU utilization; measured: relative NVML gain",
          quote="15-20% better GPU utilization", low=15, high=20, unit="% gain", source="002 review, fix 4", needs=GPU),
     dict(key="speed_12_16", text="batch 12 -> 16: 5-10% faster; measured: throughput gain",
@@ -37,7 +36,7 @@ CLAIMS = [
     dict(key="gain_32_64", text="from batch 32 to 64 throughput gains ~26% (380 -> 480 samples/s); measured: "
          "throughput gain", quote="380 samples/s  ← Sweet spot", low=23, high=29, unit="% gain", source=T62, needs=GPU),
     dict(key="speed_8_64", text="throughput rises 4x from batch 8 to batch 64 (120 -> 480 samples/s)",
-         quote=ROW64, low=3, high=5, source=T62, needs=GPU),
+         quote="480 samples/s", low=3, high=5, source=T62, needs=GPU),
     dict(key="eighty", text="80% of the maximum batch is a safe choice that costs little; measured: its throughput "
          "/ the maximum's, both run in paired rounds ('little': within 5%)",
          quote="Recommended batch size (80% of max)", low=0.95, source="guide §6.1", needs=GPU),
@@ -53,9 +52,9 @@ CLAIMS = [
     dict(key="accum_memory", text="accumulation saves memory: batch 128 needs 48 GB, 32 x 4 needs 16 GB (3x less); "
          "measured: peak memory ratio, one batch / accumulated",
          quote="Batch size 32 × 4 accumulation: 16 GB memory (fits!)", low=2.4, high=3.6, source="guide §6.3",
-         needs=GPU),
+         needs=GPU, timed=False),
     dict(key="convergence", text="pro: same convergence as the large batch", low=1.0, high=1.0,
-         quote="Pro: Same convergence as large batch", source="guide §6.3"),
+         quote="Pro: Same convergence as large batch", source="guide §6.3", timed=False),
     dict(key="oom_128", text="batch 128 runs out of memory (64 fits)", low=64, high=127, unit="sequences",
          quote="128        | OOM      | -           | -", source=T62, needs=GPU),
     dict(key="batch8_figures", text="batch 8 uses 12 GB and trains 120 samples/s", low=120, high=120,

@@ -28,7 +28,7 @@ CLAIMS = [
          "8 cores)", quote="num_workers=0: 15.2s (CPU bottleneck!)", low=4, high=6, source=T54, needs=GPU),
     dict(key="half_cores", text="the optimum is at about half the cores (4 workers on 8 cores); measured: fewest "
          "workers within 5% of the best, as a fraction of the cores", quote="num_workers=4: 3.1s (optimal)",
-         low=0.4, high=0.6, unit="of the cores", source=T54, needs=GPU),
+         low=0.4, high=0.6, unit="of the cores", source=T54, needs=GPU, timed=True),
     dict(key="past_half", text="past half the cores, more workers add little (3.1 s -> 3.0 s from 4 to 8 workers on "
          "8 cores); measured: throughput with all cores / with half", quote="num_workers=8: 3.0s (marginal gain)",
          low=0.95, high=1.05, source=T54, needs=GPU),
@@ -69,7 +69,8 @@ CLAIMS = [
     dict(key="cpu_usage", text="expected CPU usage 60-80% across all cores (8 workers, prefetch_factor=4)", low=60,
          high=80, quote="60-80% across cores (prevents GPU starvation)", unit="%", source="002 review"),
     dict(key="prefetch_distance", text="prefetch distance: optimal 6-8 for typical kernels", low=6, high=8,
-         quote="Prefetch distance tuning: optimal 6-8 for typical kernels", unit="stages", source="000 summary"),
+         quote="Prefetch distance tuning: optimal 6-8 for typical kernels", unit="stages", source="000 summary",
+         timed=True),
     dict(key="samples_160", text="samples/second ~160, up from ~40 (4x) after the note's changes", low=4, high=4,
          quote="~160 (up from ~40 baseline = **4x faster**)", source="002 review"),
     dict(key="batches_3_1s", text="100 batches take 3.1 s with 4 workers on 8 cores", low=3.1, high=3.1, unit="s",
