@@ -181,24 +181,40 @@ class Comparison:
 
     @property
     def work_differs(self) -> bool:
-        """Whether the two sides do different work per call (items per call differ, e.g. batch 4 -> 16)."""
-        b, a = self.before.items, self.after.items
-        return bool(b and a) and abs(a - b) > 1e-9 * max(abs(a), abs(b))
+        """Whether the two sides do different work per call: items per call differ (batch 4 -> 16), or, with no
+        items on a side, FLOPs per call differ (one matmul -> two)."""
+        return self._work_scale() is not None
+
+    def _work_scale(self) -> float | None:
+        """after's work per call over before's (items, else FLOPs when a side has no items); None when equal."""
+        def differ(b: float | None, a: float | None) -> bool:
+            return bool(b and a) and abs(a - b) > 1e-9 * max(abs(a), abs(b))
+
+        b, a = self.before, self.after
+        if b.items and a.items:
+            return a.items / b.items if differ(b.items, a.items) else None
+        return a.flops / b.flops if differ(b.flops, a.flops) else None
 
     @property
     def basis(self) -> str:
-        """What the headline ratio compares: "items/s" when the work per call differs, else "time"."""
-        return "items/s" if self.work_differs else "time"
+        """What the headline ratio compares: "items/s" when the items per call differ, "FLOP/s" when only the
+        FLOPs do, else "time"."""
+        if not self.work_differs:
+            return "time"
+        return "items/s" if self.before.items and self.after.items else "FLOP/s"
+
+    def _rate_name(self) -> str:
+        """The headline's rate in words: "tokens/s", or "FLOP/s" when the sides differ only in FLOPs."""
+        return f"{self.after.item_name}/s" if self.basis == "items/s" else "FLOP/s"
 
     def headline(self) -> Estimate:
         """The work-normalised ratio with its interval: after items/s over before items/s when the items per
-        call differ (the time speedup scaled by the exact ratio of items), else the time speedup (before time /
-        after time). Above 1 the after side does more work per second."""
+        call differ (the time speedup scaled by the exact ratio of items), after FLOP/s over before FLOP/s when
+        only the FLOPs differ, else the time speedup (before time / after time). Above 1 the after side does
+        more work per second."""
         est = self.estimate()
-        if not self.work_differs:
-            return est
-        k = self.after.items / self.before.items
-        return est.map(lambda x: x * k)
+        k = self._work_scale()
+        return est if k is None else est.map(lambda x: x * k)
 
     def throughput_ratio(self) -> Estimate | None:
         """after throughput / before throughput with its interval (for pipelines: window rates)."""
@@ -231,11 +247,12 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """The headline in words: "3.38x faster", "1.14x slower", or with unequal work "tokens/s 3.90x higher";
-        "within noise (...)" only when the headline interval holds 1."""
+        """The headline in words: "3.38x faster", "1.14x slower", or with unequal work "tokens/s 3.90x higher"
+        (or "FLOP/s 2.02x higher" when only the FLOPs differ); "within noise (...)" only when the headline
+        interval holds 1."""
         h = self.headline()
         if self.work_differs:
-            rate = f"{self.after.item_name}/s"
+            rate = self._rate_name()
             if self.within_noise:
                 return f"within noise ({rate} {_ratio(h.value)})"
             s = f"{rate} {_ratio(h.value)} higher" if h.value >= 1 else f"{rate} {_ratio(1 / h.value)} lower"
@@ -310,7 +327,7 @@ class Comparison:
         body = "".join(f"<tr><td style='text-align:left'>{e(str(k))}</td><td>{e(str(b))}</td><td>{e(str(a))}</td></tr>"
                        for k, b, a in self.rows())
         color = "#666" if self.within_noise else ("#1a7f37" if self.headline().value >= 1 else "#b42318")
-        what = f"{self.after.item_name}/s ratio " if self.work_differs else ""
+        what = f"{self._rate_name()} ratio " if self.work_differs else ""
         notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
         return (f"<div><b>{e(self.name)}</b> on {e(str(self.device))}: "
                 f"<span style='color:{color}'><b>{e(self.verdict)}</b></span> "
