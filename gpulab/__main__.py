@@ -121,7 +121,7 @@ class _SigtermStopsTheRun:
 
     @staticmethod
     def _stop(signum: int, frame: object) -> None:
-        from .app.course import Stopped
+        from .app.faults import Stopped
 
         raise Stopped("SIGTERM")
 
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpulab: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:  # before or after the notebooks (the runner handles it while they run)
-        from .app.course import Stopped
+        from .app.faults import Stopped
 
         how = f"stopped by {e}" if isinstance(e, Stopped) else "interrupted (Ctrl-C)"
         print(f"gpulab: {how}", file=sys.stderr)

@@ -10,15 +10,13 @@ Where results go:
   refused. A lock file in the run folder makes a second run into the same folder stop, naming the first.
 Every mistake in the options (a bad --out, --compare or --timeout, an unknown or ill-typed -p parameter) is
 refused before any notebook runs.
-Faults on the way end in one line, never half-written files: an executed notebook is written beside its final
-name and moved there only once it is whole; Ctrl-C or SIGTERM (a scheduler, `timeout`) stops the run with the
-summary of what finished and the lock removed; a full disk stops it, naming the file (`DiskFull`).
+Faults on the way (Ctrl-C or SIGTERM, a full disk, a notebook cut mid-write) end in one line, never a
+half-written file: see `faults`.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import shutil
@@ -28,9 +26,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..checks import positive_int
+from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
 from .params import SCHEMAS, check_params
-from ..results import (TMP_MARK, ResultError, data_dir, load_result, results_dir, write_json_atomic,
-                       write_text_atomic)
+from ..results import TMP_MARK, ResultError, data_dir, load_result, results_dir, write_json_atomic
 from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
                       summary_tables, update_readme, write_summary)
 
@@ -41,18 +39,6 @@ KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
 QUIET_ENV = {"KINETO_LOG_LEVEL": "6"}  # the profiler library's log (profiler_start/stop, gpuGetDeviceCount)
 REFERENCE_DIR = data_dir() / "reference"
 LOCK_NAME = ".gpulab-run.lock"
-# Folders of the system itself: a run's files never belong there (`--out /` would scatter them over the root).
-SYSTEM_DIRS = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr",
-               "/var")
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-class Stopped(KeyboardInterrupt):
-    """The run was stopped by a signal (SIGTERM from a job scheduler or `timeout`): handled like Ctrl-C."""
-
-
-class DiskFull(OSError):
-    """No space left where the run writes: every later notebook would fail the same way, so the run stops."""
 
 
 def notebooks(selection: Sequence[str] = (), folder: Path | None = None) -> list[Path]:
@@ -128,7 +114,7 @@ def check_out_dir(out: Path | str, name: str = "--out") -> Path:
                          "overwritten by a run; choose another folder, e.g. runs/mine")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{name} {out} is an existing file; give a folder")
-    system = _system_folder(out)
+    system = system_folder(out)
     if system:
         raise ValueError(f"{name} {out} is {system}, a folder of the system itself: a run writes a dozen files "
                          "and folders; choose a folder of its own, e.g. runs/mine")
@@ -137,28 +123,8 @@ def check_out_dir(out: Path | str, name: str = "--out") -> Path:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{name} {out}: {parent} is not writable")
-    try:  # the only sure test (root passes os.access; /proc refuses anyway): make it, and write a file there
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / f".gpulab-probe-{os.getpid()}", "wb") as f:
-            f.write(b"probe")
-        os.unlink(out / f".gpulab-probe-{os.getpid()}")
-    except OSError as e:
-        raise ValueError(f"{name} {out} cannot be written: {e.strerror or e}"
-                         + (f" ({e.filename})" if e.filename else "")) from None
+    make_writable(out, name)
     return out
-
-
-def _system_folder(out: Path) -> str | None:
-    """The system folder `out` is, or lies in where nothing may be made (/proc, /sys), or None."""
-    resolved = out.resolve()
-    if resolved == Path(resolved.anchor):
-        return f"the root of the filesystem ({resolved.anchor})"
-    if str(resolved) in SYSTEM_DIRS:
-        return str(resolved)
-    for pseudo in ("/proc", "/sys"):
-        if _inside(resolved, Path(pseudo)):
-            return f"inside {pseudo}"
-    return None
 
 
 def check_reference_dir(compare: Path | str | None, name: str = "--compare") -> Path | None:
@@ -444,9 +410,7 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
     exclude = [] if show_all else failed
     course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
                                                           exclude=exclude, problems=problems, heading=heading)
-    # what the summary found in the results (a corrupt or misnamed file, a missing result) is a problem of the run
-    # too, shown in the terminal and the exit code; what was said above (a notebook that wrote nothing) is not
-    # said twice
+    # what the summary found (a corrupt or misnamed file) goes to the terminal and the exit code too, once
     named = tuple(r.notebook for r in course.runs if not r.ok) + tuple(p.split()[0] for p in problems)
     found = [p for p in collect(source, expected, exclude)[1]
              if not (p.startswith("missing: no result for ") and p.split()[4] in named)
@@ -469,13 +433,13 @@ def _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, la
                 pm.execute_notebook(str(nb), str(writing), parameters=per_notebook[nb.stem], kernel_name="python3",
                                     cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
                                     extra_arguments=KERNEL_ARGS)
-            _keep_if_whole(writing, dest)
+            keep_if_whole(writing, dest)
             run = NotebookRun(nb.stem, True, time.perf_counter() - t0, str(dest))
         except BaseException as e:
-            _keep_if_whole(writing, dest)  # a cell's error or a timeout: the notebook as far as it ran
+            keep_if_whole(writing, dest)  # a cell's error or a timeout: the notebook as far as it ran
             if disk_full(e):
                 raise DiskFull(errno.ENOSPC, f"no space left on the device writing {nb.stem}'s files",
-                               _where(e) or str(out)) from None
+                               where(e) or str(out)) from None
             if not isinstance(e, Exception):
                 raise
             if getattr(e, "ename", "") == "KeyboardInterrupt":  # Ctrl-C reached the kernel first: stop the run
@@ -529,52 +493,3 @@ def _publish_latest(written: Path, folder: Path, problems: list[str]) -> None:
             raise DiskFull(errno.ENOSPC, f"no space left on the device copying {written.name} to the latest results",
                            str(folder)) from None
         problems.append(f"{written.stem}: result not copied to {folder} ({e})")
-
-
-def _keep_if_whole(writing: Path, dest: Path) -> None:
-    """Move an executed notebook into place if it is whole JSON; remove a cut one (a full disk, a kill mid-write)."""
-    try:
-        if not writing.exists():
-            return
-        text = writing.read_text(encoding="utf-8")
-        json.loads(text)
-        # papermill records where it wrote: the notebook's own name, not the temporary one
-        fixed = text.replace(json.dumps(str(writing))[1:-1], json.dumps(str(dest))[1:-1])
-        if fixed == text:
-            os.replace(writing, dest)
-        else:
-            write_text_atomic(dest, fixed)
-    except ValueError:  # cut JSON: no executed notebook rather than half of one
-        pass
-    except OSError as e:
-        if disk_full(e):
-            raise DiskFull(errno.ENOSPC, "no space left on the device writing the executed notebook",
-                           str(dest)) from None
-    finally:
-        with contextlib.suppress(OSError):
-            writing.unlink(missing_ok=True)
-
-
-def disk_full(e: BaseException) -> bool:
-    """Whether `e` (or what caused it, or a notebook cell's error) is "no space left on device" or a full quota."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in DISK_FULL:
-            return True
-        evalue = str(getattr(e, "evalue", ""))  # a cell's OSError, as papermill reports it
-        if any(f"[Errno {n}]" in evalue for n in DISK_FULL) or "No space left on device" in evalue:
-            return True
-        e = e.__cause__ or e.__context__
-    return False
-
-
-def _where(e: BaseException) -> str | None:
-    """The file an OSError (or its cause) names, if any."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.filename:
-            return str(e.filename)
-        e = e.__cause__ or e.__context__
-    return None
