@@ -1,6 +1,8 @@
 """Command line: `python -m gpulab info [--measure]`, `check`, `run [--smoke|--full] [NN ...]`, `summary DIR`.
 
 Usage errors (a bad option, parameter, folder or file) print one line naming it and exit 2 before any work.
+Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), each after one line; a full disk ends in one line naming
+the file, exit 1.
 """
 from __future__ import annotations
 
@@ -94,9 +96,10 @@ def _run(args: argparse.Namespace) -> int:
         smoke, why = boolean()("SMOKE", params.pop("SMOKE")), None
     if why:
         print(why, file=sys.stderr)
-    course = run_course(args.notebooks, smoke=smoke, out=args.out, compare=args.compare, timeout_s=args.timeout,
-                        parameters=params, html=args.html, show_all=args.all,
-                        as_reference=args.as_reference)
+    with _SigtermStopsTheRun():
+        course = run_course(args.notebooks, smoke=smoke, out=args.out, compare=args.compare,
+                            timeout_s=args.timeout, parameters=params, html=args.html, show_all=args.all,
+                            as_reference=args.as_reference)
     for r in course.runs:
         status = "ok  " if r.ok else "FAIL"
         print(f"{status} {r.notebook:<22} {r.seconds:6.1f} s  {r.output}" + (f"\n     {r.error}" if r.error else ""))
@@ -104,10 +107,45 @@ def _run(args: argparse.Namespace) -> int:
         print(f"problem: {problem}", file=sys.stderr)
     print(f"summary: {course.summary_md}\n         {course.summary_png}")
     if course.interrupted:
-        print(f"gpulab: interrupted; the summary holds the {len(course.runs)} notebook(s) that finished",
+        how = "interrupted" if course.stopped_by == "Ctrl-C" else f"stopped by {course.stopped_by or 'a signal'}"
+        print(f"gpulab: {how}; the summary holds the {len(course.runs)} notebook(s) that finished",
               file=sys.stderr)
-        return 130
+        return _exit_code(course.stopped_by)
     return 0 if course.ok else 1
+
+
+def _exit_code(stopped_by: str) -> int:
+    """128 + the signal's number, as a shell reports a process it stopped: 130 for Ctrl-C, 143 for SIGTERM."""
+    import signal
+
+    name = "SIGINT" if stopped_by in ("", "Ctrl-C") else stopped_by
+    return 128 + int(getattr(signal, name, signal.SIGINT))
+
+
+class _SigtermStopsTheRun:
+    """While a run goes, SIGTERM (a job scheduler, `timeout`) is handled like Ctrl-C: it raises `Stopped` in the
+    main thread, so the runner writes the summary of what finished and removes its lock. Off the main thread,
+    where no handler can be set, SIGTERM is left as it is."""
+
+    def __enter__(self) -> None:
+        import signal
+
+        try:
+            self.previous = signal.signal(signal.SIGTERM, self._stop)
+        except ValueError:  # not the main thread
+            self.previous = None
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+    @staticmethod
+    def _stop(signum: int, frame: object) -> None:
+        from .app.faults import Stopped
+
+        raise Stopped("SIGTERM")
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -315,9 +353,22 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"gpulab: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("gpulab: interrupted (Ctrl-C)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # before or after the notebooks (the runner handles it while they run)
+        from .app.faults import Stopped
+
+        how = f"stopped by {e}" if isinstance(e, Stopped) else "interrupted (Ctrl-C)"
+        print(f"gpulab: {how}", file=sys.stderr)
+        return _exit_code(str(e) if isinstance(e, Stopped) else "Ctrl-C")
+    except OSError as e:  # a full disk, a folder gone mid-run: one line naming the file, not a traceback
+        import errno
+
+        where = f": {e.filename}" if e.filename else ""
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"gpulab: {e.strerror}{where}; free some space (or give --out on another disk) and run again",
+                  file=sys.stderr)
+        else:
+            print(f"gpulab: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -243,12 +243,13 @@ class Claim:
             raise ValueError(f"origin={self.origin!r}; allowed: {', '.join(ORIGINS)}")
         for name in ("low", "high"):
             v = getattr(self, name)
-            if v is not None and as_number(v) is None:
-                raise ValueError(f"Claim {name}={v!r} must be a finite number or None")
+            # "2" would pass float() and fail only at check(): a band is numbers, refused here by name
+            if v is not None and (isinstance(v, (str, bytes)) or as_number(v) is None):
+                raise ValueError(f"Claim {self.text!r}: {name}={v!r} must be a finite number or None")
         if self.low is None and self.high is None:
-            raise ValueError("a Claim needs low and/or high: the range the claim predicts")
+            raise ValueError(f"Claim {self.text!r} needs low and/or high: the range the claim predicts")
         if self.low is not None and self.high is not None and self.low > self.high:
-            raise ValueError(f"low={self.low} must be <= high={self.high}")
+            raise ValueError(f"Claim {self.text!r}: low={self.low} must be <= high={self.high}")
         if self.evidence not in EVIDENCE:
             raise ValueError(f"evidence={self.evidence!r}; allowed: {', '.join(EVIDENCE)}")
         if self.verdict not in VERDICTS:

@@ -255,8 +255,9 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """The headline in words: "3.38x faster", "1.14x slower", or with unequal work "tokens/s 3.90x higher";
-        "within noise (...)" only when the headline interval holds 1."""
+        """The headline in words: "3.38x faster", "1.14x slower", or with unequal work "tokens/s 3.90x higher"
+        (or "FLOP/s 2.02x higher" when only the FLOPs differ); "within noise (...)" only when the headline
+        interval holds 1."""
         h = self.headline()
         if self.work_differs:
             rate = self._work()[1]

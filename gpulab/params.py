@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
@@ -59,14 +60,39 @@ def boolean() -> Param:
     return Param(_bool, "True or False")
 
 
-def integer(minimum: int = 1, *, optional: bool = False) -> Param:
-    return Param(lambda n, v: checks.positive_int(n, v, minimum=minimum, allow_none=optional),
-                 f"an int >= {minimum}" + (" or None" if optional else ""))
+# Every number a notebook takes has an upper bound too, checked before any work: a value past it would overflow
+# (an int32 index, a timer's arithmetic) or run for days, and fail minutes in rather than at once.
+MAX_INT = 2**31 - 1  # sizes, counts and bytes: past an int32 no size here fits in memory and no count finishes
+MAX_SECONDS = 3600.0  # a timed window, a budget or a timeout: an hour is far past any measurement here
+MAX_WORKERS = 256  # processes of a DataLoader or a launch: more than any host here has cores
 
 
-def number(*, optional: bool = False) -> Param:
-    return Param(lambda n, v: checks.positive_float(n, v, allow_none=optional),
-                 "a number > 0" + (" or None" if optional else ""))
+def _int_in(name: str, value: Any, low: int, high: int, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name}={value!r} must be an int >= {low} and <= {high}" + (" (or None)" if optional else ""))
+    return value
+
+
+def _number_in(name: str, value: Any, high: float, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not 0 < value <= high:
+        raise ValueError(f"{name}={value!r} must be a finite number > 0 and <= {high:g}"
+                         + (" (or None)" if optional else ""))
+    return float(value)
+
+
+def integer(minimum: int = 1, maximum: int = MAX_INT, *, optional: bool = False) -> Param:
+    return Param(lambda n, v: _int_in(n, v, minimum, maximum, optional),
+                 f"an int from {minimum} to {maximum}" + (" or None" if optional else ""))
+
+
+def number(*, maximum: float = MAX_SECONDS, optional: bool = False) -> Param:
+    return Param(lambda n, v: _number_in(n, v, maximum, optional),
+                 f"a number > 0 and <= {maximum:g}" + (" or None" if optional else ""))
 
 
 def one_of(*allowed: Any) -> Param:
@@ -85,7 +111,7 @@ def _gpt_dict(name: str, value: Any) -> dict:
     if not isinstance(value, dict) or set(value) != set(GPT_KEYS):
         raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(GPT_KEYS)}")
     for k in GPT_KEYS:
-        checks.positive_int(f"{name}[{k!r}]", value[k])
+        _int_in(f"{name}[{k!r}]", value[k], 1, MAX_INT, False)
     return value
 
 
@@ -98,7 +124,7 @@ def _bursts(name: str, value: Any) -> list | None:
 def _pair(name: str, pair: Any) -> tuple:
     if isinstance(pair, (str, bytes)) or not isinstance(pair, (list, tuple)) or len(pair) != 2:
         raise ValueError(f"{name}={pair!r} must be a pair (burst ms, idle gap ms)")
-    return tuple(checks.positive_float(f"{name}[{i}]", v) for i, v in enumerate(pair))
+    return tuple(_number_in(f"{name}[{i}]", v, MAX_SECONDS * 1e3, False) for i, v in enumerate(pair))  # ms
 
 
 def bursts() -> Param:
@@ -114,7 +140,7 @@ def _small_mlp(name: str, value: Any) -> dict:
     if not isinstance(value, dict) or set(value) != set(keys):
         raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(keys)}")
     for k in keys:
-        checks.positive_int(f"{name}[{k!r}]", value[k])
+        _int_in(f"{name}[{k!r}]", value[k], 1, MAX_INT, False)
     return value
 
 
@@ -142,7 +168,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                          GPT_WIDTH=_opt_int.sized(768, smoke=64), GPT_HEADS=_opt_int.sized(12, smoke=2),
                          GPT_SEQ=_opt_int.sized(1024, smoke=64), GPT_BATCH=_opt_int.sized(8, smoke=4),
                          MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05), OPT_BATCH=_opt_int.sized(32, smoke=4),
-                         OPT_GRAD_ACCUM=_opt_int.sized(2), OPT_WORKERS=integer(0, optional=True).sized(4, smoke=1),
+                         OPT_GRAD_ACCUM=_opt_int.sized(2), OPT_WORKERS=integer(0, MAX_WORKERS, optional=True).sized(4, smoke=1),
                          OPT_COMPILE=optional_bool().sized(True, smoke=False), OPT_SECONDS=_opt_sec.sized(2.0, smoke=0.05),
                          BURSTS=bursts().sized([(1, 4), (2, 8), (10, 40)]), BURST_SECONDS=_opt_sec.sized(2.0),
                          COPY_MB=_opt_int.sized(1024, smoke=4)),
@@ -187,7 +213,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                             GUIDE_BATCH=_opt_int.sized(32, smoke=8), CNN_WIDTH=_opt_int.sized(64, smoke=8),
                             SWEEP_BATCHES=_opt_int.sized(10, smoke=3), BATCHES_PER_CALL=_opt_int.sized(4, smoke=2),
                             PREFETCH_BATCH=_opt_int.sized(256, smoke=16),
-                            WORKERS=list_of(integer(0), optional=True).sized(None, smoke=[0, 1, 2]),
+                            WORKERS=list_of(integer(0, MAX_WORKERS), optional=True).sized(None, smoke=[0, 1, 2]),
                             MIN_TIME_S=_opt_sec.sized(None, smoke=0.05)),
     "06_batch_size": dict(SMOKE=boolean(),
                           MODEL=one_of("gpt2_small", "smoke", None).sized("gpt2_small", smoke="smoke"),
@@ -203,13 +229,13 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                                MATMUL_SIZE=_opt_int.sized(8192, smoke=256),
                                MATMUL_ROUNDS=integer(0, optional=True).sized(12, smoke=4),
                                ROUNDS=integer(0, optional=True).sized(4, smoke=2),
-                               SMALL_GRAD_MULTIPLIER=_opt_sec.sized(2.0**-10),
+                               SMALL_GRAD_MULTIPLIER=number(maximum=1.0, optional=True).sized(2.0**-10),
                                CORPUS_BYTES=_opt_int.sized(4_000_000, smoke=300_000)),
     "08_case_study": dict(SMOKE=boolean(), N_LAYER=_opt_int.sized(12, smoke=2), N_HEAD=_opt_int.sized(12, smoke=2),
                           N_EMBD=_opt_int.sized(1536, smoke=64), SEQ_LEN=_opt_int.sized(1024, smoke=64),
                           VOCAB_SIZE=_opt_int.sized(50257, smoke=300), NAIVE_BATCH=_opt_int.sized(8, smoke=4),
                           BATCH_SIZE=_opt_int.sized(32, smoke=8), GRAD_ACCUM=_opt_int.sized(2),
-                          WORKERS=integer(0, optional=True).sized(4, smoke=1),
+                          WORKERS=integer(0, MAX_WORKERS, optional=True).sized(4, smoke=1),
                           STEP_SECONDS=_opt_sec.sized(2.0, smoke=0.1),
                           ROUNDS=integer(0, optional=True).sized(10, smoke=4),
                           LOSS_STEPS=_opt_int.sized(20, smoke=10),
@@ -227,7 +253,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                              {"D": 64, "DEPTH": 2, "BATCH": 8}, smoke={"D": 16, "DEPTH": 1, "BATCH": 4}),
                          GPU_BOUND_BATCH=_opt_int.sized(16384, smoke=32), TRACK_STEPS=_opt_int.sized(150, smoke=20),
                          CASE_STEPS=_opt_int.sized(10, smoke=4), MIN_TIME_S=_opt_sec.sized(None, smoke=0.05)),
-    "10_multi_gpu": dict(SMOKE=boolean(), NPROC=integer(1, optional=True), N_LAYER=_opt_int.sized(12, smoke=2),
+    "10_multi_gpu": dict(SMOKE=boolean(), NPROC=integer(1, MAX_WORKERS, optional=True), N_LAYER=_opt_int.sized(12, smoke=2),
                          N_HEAD=_opt_int.sized(12, smoke=2), N_EMBD=_opt_int.sized(768, smoke=64),
                          SEQ_LEN=_opt_int.sized(1024, smoke=64), VOCAB_SIZE=_opt_int.sized(50304, smoke=512),
                          BATCH_SIZE=_opt_int.sized(16, smoke=4), GRAD_ACCUM=_opt_int.sized(4, smoke=2),

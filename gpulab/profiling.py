@@ -6,7 +6,10 @@ Only device kernels count as kernels and as busy time; memcpy and memset are the
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
+import sys
+import tempfile
 import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -214,6 +217,37 @@ def _check_count(name: str, value: Any, minimum: int) -> None:
 _CYCLE_WARNING = ".*Profiler clears events at the end of each cycle"  # torch's, on every scheduled profile
 
 
+PROFILER_LOG = ("USDT:",)  # the profiler library's own lines ("USDT:... profiler_start"): nothing a reader can act on
+
+
+@contextlib.contextmanager
+def _without_profiler_log() -> Iterator[None]:
+    """Hold back the profiler library's log lines, which it writes to the process's stderr from C++ (Python's
+    warnings filter never sees them): stderr goes to a temporary file meanwhile, and every other line written
+    there (a warning, the reader's own output) is passed on afterwards, in order."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real stderr here (an embedded interpreter): nothing to hide
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [ln for ln in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not ln.startswith(PROFILER_LOG)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
 def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int = 5, wait: int = 0,
             profiler_warmup: int = 1, trace_path: str | Path | None = None) -> ProfileSummary:
     """Run `fn()` `warmup` times, then under torch.profiler's schedule, and summarise the active steps.
@@ -241,7 +275,7 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
         # torch warns, as the profiler starts, that a schedule's cycle clears its events; we read them before the
         # cycle ends (see below), so the filter must be in place before the profiler is entered
         warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
-        with torch.profiler.profile(activities=acts, schedule=sched) as prof:
+        with _without_profiler_log(), torch.profiler.profile(activities=acts, schedule=sched) as prof:
             _profiled_steps(prof, fn, wait + profiler_warmup, steps, cuda)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)

@@ -212,6 +212,12 @@ def validate(data: Any, source: str = "result") -> dict[str, Any]:
     """Check a loaded result against the schema; raise ResultError saying what is wrong and where."""
     if not isinstance(data, dict):
         raise ResultError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    schema = data.get("schema", 1)  # files from before the field existed are version 1
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise ResultError(f"{source}: 'schema' must be a whole number >= 1, got {schema!r}")
+    if schema > SCHEMA_VERSION:  # its fields may mean something else here: never count its claims as ours
+        raise ResultError(f"{source}: written by a newer gpulab (schema {schema}; this one reads {SCHEMA_VERSION}); "
+                          "update gpulab to read it")
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
         raise ResultError(f"{source}: missing keys {missing}")

@@ -1,10 +1,35 @@
 import pytest
 
 
+def pytest_collection_modifyitems(config, items):
+    """A test that shares a notebook's smoke run runs that notebook: it is a `notebook` test, marked or not, so
+    `pytest -m "not notebook"` is a quick check of gpulab alone."""
+    for item in items:
+        if "smoke_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.notebook)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_results(tmp_path, monkeypatch):
     """No test writes into the repository's data/results."""
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path / "results"))
+
+
+@pytest.fixture(autouse=True)
+def _notebooks_only_in_notebook_tests(request, monkeypatch):
+    """A test that runs a real notebook through papermill without the `notebook` mark fails, naming the mark:
+    the quick check stays quick. Tests that fake papermill replace this stand-in with their own."""
+    if request.node.get_closest_marker("notebook"):
+        return
+    try:
+        import papermill
+    except ImportError:
+        return
+
+    def unmarked(src, *args, **kwargs):
+        pytest.fail(f"{request.node.nodeid} runs {src} through papermill: mark it @pytest.mark.notebook")
+
+    monkeypatch.setattr(papermill, "execute_notebook", unmarked)
 
 
 @pytest.fixture

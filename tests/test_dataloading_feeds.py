@@ -1,4 +1,3 @@
-import time
 
 import psutil
 import pytest
@@ -176,14 +175,27 @@ def test_epoch_start_ratio_has_an_interval():
     assert e.lo <= e.value <= e.hi and e.lo == pytest.approx(0.225 / 0.115) and e.hi == pytest.approx(0.275 / 0.105)
 
 
-def test_measure_feed_times_each_extra_window_for_window_s(cpu_device):
-    """Extra windows last `window_s` each (a bursty loader needs long ones); a bad value fails before any work."""
+def test_measure_feed_times_each_extra_window_for_window_s(cpu_device, monkeypatch):
+    """Extra windows last `window_s` each (a bursty loader needs long ones); a bad value fails before any work.
+    Timed on a fake clock that only the training step advances: no wall time, nothing a loaded host can stretch."""
+    import functools
+
+    from gpulab import experiment, timing
+    from test_timing import FakeClock
+
+    clock = FakeClock()
+    monkeypatch.setattr(feeds, "benchmark", functools.partial(timing.benchmark, clock=clock))
+    monkeypatch.setattr(experiment, "benchmark", functools.partial(timing.benchmark, clock=clock))
+
+    def step(x, y):
+        clock.t += 2**-9  # about 2 ms; powers of two add up exactly
+
     batches = dl.random_image_batches(2, 3, 8)
-    with feeds.Feed(feeds.cycle(batches), lambda x, y: time.sleep(0.002), "cpu") as feed:
-        run = feeds.measure_feed(feed, 1, label="fed", items=3, rounds=2, min_time_s=0.02, window_s=0.12,
-                              device=cpu_device)
+    with feeds.Feed(feeds.cycle(batches), step, "cpu", clock=clock) as feed:
+        run = feeds.measure_feed(feed, 1, label="fed", items=3, rounds=2, min_time_s=2**-5, window_s=2**-3,
+                                 device=cpu_device)
         extra = run.measurement.windows[-2:]
-        assert all(seconds > 0.08 for _, seconds in extra)  # not the 5 ms of min_time_s / 4
+        assert extra == [(64, 2**-3)] * 2  # window_s each, not the 8 ms of min_time_s / 4
         n = feed.batches
         with pytest.raises(ValueError, match="window_s"):
             feeds.measure_feed(feed, 1, label="fed", items=3, window_s=0, device=cpu_device)

@@ -1,10 +1,11 @@
+import functools
 import json
-import time
 
 import pytest
 import torch
 
 import gpulab as gl
+from gpulab import experiment, timing
 from gpulab.experiment import Claim, Comparison, RunResult
 from gpulab.timing import Measurement, time_calls
 
@@ -81,14 +82,32 @@ def test_a_pipeline_comparison_takes_its_speed_from_the_windows():
     assert after.seconds == pytest.approx(1.2 / 24)
 
 
-def test_before_after_rounds_last_round_s_each(cpu_device):
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """The harness timed on a clock that advances only when a timed function says so (no wall time, no load)."""
+    from test_timing import FakeClock
+
+    clock = FakeClock()
+    monkeypatch.setattr(experiment, "benchmark", functools.partial(timing.benchmark, clock=clock))
+    monkeypatch.setattr(experiment, "time_calls", functools.partial(timing.time_calls, clock=clock))
+    return clock
+
+
+def test_before_after_rounds_last_round_s_each(cpu_device, fake_clock):
     """`round_s` sets each side's seconds per interleaved round (a big matmul needs whole seconds to settle)."""
-    cmp = gl.before_after(lambda: time.sleep(0.001), lambda: time.sleep(0.0005), name="sleeps", min_time_s=0.02,
-                          rounds=2, round_s=0.1, monitor=False, device=cpu_device)
-    rounds = cmp.before.measurement.windows[-2:]
-    # A round's call count comes from the calibration's time per call, which a loaded host inflates: the bar sits
-    # well below round_s and five times above min_time_s / 4 (the length without round_s).
-    assert cmp.before.measurement.meta["interleaved_rounds"] == 2 and all(s > 0.025 for _, s in rounds)
+    def before():
+        fake_clock.t += 2**-10  # about 1 ms; powers of two add up exactly
+
+    def after():
+        fake_clock.t += 2**-11
+
+    cmp = gl.before_after(before, after, name="steps", min_time_s=2**-5, rounds=2, round_s=2**-3, monitor=False,
+                          device=cpu_device)
+    assert cmp.before.measurement.meta["interleaved_rounds"] == 2
+    for run, calls_per_round in ((cmp.before, 128), (cmp.after, 256)):
+        # each round lasts round_s (0.125 s), not min_time_s / 4 (8 ms, 8 calls of before)
+        assert run.measurement.windows[-2:] == [(calls_per_round, 2**-3)] * 2
+    assert cmp.speedup == pytest.approx(2.0)
     calls = []
     with pytest.raises(ValueError, match="round_s"):
         gl.before_after(lambda: calls.append(1), lambda: calls.append(2), name="x", round_s=float("nan"))
@@ -174,12 +193,12 @@ def test_mfu_of_two_dtypes_uses_one_yardstick(cpu_device, monkeypatch):
     assert own.before.peak_tflops == own.after.peak_tflops == 67.0
 
 
-def test_measure_of_a_warm_function_skips_the_extra_first_call(cpu_device):
+def test_measure_of_a_warm_function_skips_the_extra_first_call(cpu_device, fake_clock):
     calls = {"cold": 0, "warm": 0}
     for kind in calls:
         def fn(kind=kind):
             calls[kind] += 1
-            time.sleep(0.06)  # longer than the default 0.1 s warm-up over two calls
+            fake_clock.t += 0.06  # longer than the default 0.1 s warm-up over two calls
 
         run = gl.measure(fn, min_time_s=0.001, monitor=False, device=cpu_device, warm=kind == "warm")
         assert run.measurement.n == 5  # the timed window is the same either way
@@ -205,3 +224,32 @@ def test_before_after_shows_a_bar_over_its_rounds(cpu_device, capsys):
     assert "two no-ops: interleaved rounds" in capsys.readouterr().err
     gl.before_after(lambda: None, lambda: None, name="quiet no-ops", progress=False, **kw)
     assert "quiet no-ops" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(low="2"), "low='2' must be a finite number"), (dict(high=b"3"), "high=b'3'"),
+    (dict(low=3, high=2), "low=3 must be <= high=2"), (dict(low=float("inf")), "low=inf")])
+def test_a_claim_with_a_bad_band_fails_where_it_is_written_naming_it(kwargs, match):
+    """Not at `check`, cells later: the band is refused as the Claim is made, with the claim's text and the bound."""
+    with pytest.raises(ValueError, match=match) as e:
+        Claim("BF16 is 2-3x faster", **kwargs)
+    assert "BF16 is 2-3x faster" in str(e.value)
+
+
+def test_unequal_flops_without_items_lead_with_the_flops_ratio():
+    """One matmul -> two, no items: the time per call is about the same, FLOP/s doubled; not 'within noise'."""
+    before = _paired("one matmul", [0.100, 0.101, 0.099] * 3, [0.100, 0.101, 0.099], flops=1e9)
+    after = _paired("two matmuls", [0.101, 0.102, 0.100] * 3, [0.101, 0.102, 0.100], flops=2e9)
+    cmp = Comparison("one -> two", before, after)
+    assert cmp.work_differs and cmp.basis == "FLOP/s" and not cmp.within_noise
+    assert cmp.headline().value == pytest.approx(2 * 0.100 / 0.101)
+    assert cmp.verdict.startswith("FLOP/s 1.98x higher") and "FLOP/s ratio" in cmp._repr_html_()
+    d = cmp.to_dict()
+    assert d["ratio_basis"] == "FLOP/s" and d["ratio"] == pytest.approx(cmp.headline().value)
+    assert Comparison.from_dict(json.loads(json.dumps(d))).verdict == cmp.verdict
+    # items, where given, stay the basis; equal FLOPs stay a time comparison
+    with_items = Comparison("x", _paired("a", [0.1] * 3, [0.1], items=8, flops=1e9),
+                            _paired("b", [0.1] * 3, [0.1], items=8, flops=2e9))
+    assert with_items.basis == "time"
+    same = Comparison("y", _paired("a", [0.1] * 3, [0.1], flops=1e9), _paired("b", [0.1] * 3, [0.1], flops=1e9))
+    assert same.basis == "time" and same.verdict.startswith("within noise")

@@ -236,9 +236,9 @@ def test_result_files_are_created_0644(tmp_path):
     (["run", "01", "-p", "SMOKE", "false"], "SMOKE='false' must be True or False (Python spells it False)"),
     (["run", "01", "-p", "SMOKEE", "True"], "no chosen notebook (01_measuring) has a parameter 'SMOKEE' "
                                              "(did you mean SMOKE?)"),
-    (["run", "01", "-p", "BIG_N", "abc"], "BIG_N='abc' must be an int >= 1 (or None)"),
-    (["run", "01", "-p", "BIG_N", "0"], "BIG_N=0 must be an int >= 1 (or None)"),
-    (["run", "01", "-p", "MIN_TIME_S", "-1"], "MIN_TIME_S=-1 must be a finite number > 0 (or None)"),
+    (["run", "01", "-p", "BIG_N", "abc"], "BIG_N='abc' must be an int >= 1 and <= 2147483647 (or None)"),
+    (["run", "01", "-p", "BIG_N", "0"], "BIG_N=0 must be an int >= 1 and <= 2147483647 (or None)"),
+    (["run", "01", "-p", "MIN_TIME_S", "-1"], "MIN_TIME_S=-1 must be a finite number > 0 and <= 3600 (or None)"),
     (["run", "02", "-p", "DTYPES", "fp32"], "DTYPES='fp32' must be a non-empty list"),
     (["run", "02", "-p", "DTYPES", "['fp32', 'int4']"], "DTYPES[1]='int4' is not allowed"),
     (["run", "01", "--smoke", "-p", "SMOKE", "True"], "contradicts"),

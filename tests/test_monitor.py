@@ -86,17 +86,31 @@ def test_records_buffered_samples_and_gpm_from_fake_nvml():
     assert nv.freed >= 2  # GPM samples are released
 
 
-def test_a_window_shorter_than_the_gpm_period_still_gets_its_gpm_reading():
+@pytest.fixture
+def window_clock(monkeypatch):
+    """The monitor's window timed on a clock the test advances: a loaded host cannot stretch 20 ms past 100 ms."""
+    import types
+
+    from gpulab import monitor
+    from test_timing import FakeClock
+
+    clock = FakeClock()
+    monkeypatch.setattr(monitor, "time", types.SimpleNamespace(perf_counter=clock, time=time.time,
+                                                               sleep=time.sleep))
+    return clock
+
+
+def test_a_window_shorter_than_the_gpm_period_still_gets_its_gpm_reading(window_clock):
     # 0.3 s of work under the default 1 s GPM period: the closing poll takes the second sample.
     with Monitor(FAKE_GPU, nvml=FakeNVML(), poll_s=0.05) as mon:
-        time.sleep(0.3)
+        window_clock.t += 0.3
     assert mon.trace.window["gpm_tensor_active"] == pytest.approx(84.4)
     assert mon.trace.summary()["gpm_sm_active"] == pytest.approx(86.9)
 
 
-def test_a_window_under_100_ms_reads_no_gpm_rather_than_a_stale_one():
+def test_a_window_under_100_ms_reads_no_gpm_rather_than_a_stale_one(window_clock):
     with Monitor(FAKE_GPU, nvml=FakeNVML(), poll_s=0.05) as mon:
-        time.sleep(0.02)
+        window_clock.t += 0.02
     assert mon.trace.mean("gpm_tensor_active") is None
     assert mon.trace.available["nvml_util"] == "ok"
 

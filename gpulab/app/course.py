@@ -10,10 +10,13 @@ Where results go:
   refused. A lock file in the run folder makes a second run into the same folder stop, naming the first.
 Every mistake in the options (a bad --out, --compare or --timeout, an unknown or ill-typed -p parameter) is
 refused before any notebook runs.
+Faults on the way (Ctrl-C or SIGTERM, a full disk, a notebook cut mid-write) end in one line, never a
+half-written file: see `faults`.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -23,8 +26,9 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..checks import positive_int
+from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
 from .params import SCHEMAS, check_params
-from ..results import ResultError, data_dir, load_result, results_dir, write_json_atomic
+from ..results import TMP_MARK, ResultError, data_dir, load_result, results_dir, write_json_atomic
 from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
                       summary_tables, update_readme, write_summary)
 
@@ -45,6 +49,9 @@ def notebooks(selection: Sequence[str] = (), folder: Path | None = None) -> list
         return allnb
     chosen = []
     for s in selection:
+        if not s.strip():  # `gpulab run "$NB"` with NB unset must not run the whole course
+            raise ValueError(f"notebook {s!r} is empty (an unset variable?); give a number (01) or a name, or none "
+                             "at all for every notebook")
         key = s.zfill(2) if s.isdigit() else s
         match = [p for p in allnb if p.stem.startswith(key)]
         if not match:
@@ -76,6 +83,7 @@ class CourseRun:
     summary_png: Path | None = None
     problems: list[str] = field(default_factory=list)  # everything the summary lists under Problems, and more
     interrupted: bool = False
+    stopped_by: str = ""  # what interrupted it: "Ctrl-C", or the signal's name ("SIGTERM")
 
     @property
     def ok(self) -> bool:
@@ -106,11 +114,16 @@ def check_out_dir(out: Path | str, name: str = "--out") -> Path:
                          "overwritten by a run; choose another folder, e.g. runs/mine")
     if out.exists() and not out.is_dir():
         raise ValueError(f"{name} {out} is an existing file; give a folder")
+    system = system_folder(out)
+    if system:
+        raise ValueError(f"{name} {out} is {system}, a folder of the system itself: a run writes a dozen files "
+                         "and folders; choose a folder of its own, e.g. runs/mine")
     parent = out
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"{name} {out}: {parent} is not writable")
+    make_writable(out, name)
     return out
 
 
@@ -375,10 +388,11 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
     bar = tqdm(chosen, desc="notebooks", disable=not progress)
     try:
         _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, latest, env, timeout_s, html)
-    except KeyboardInterrupt:
-        course.interrupted = True
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as `Stopped`
+        course.interrupted, course.stopped_by = True, str(e) if isinstance(e, Stopped) else "Ctrl-C"
         done = ", ".join(r.notebook for r in course.runs) or "none"
-        problems.append(f"interrupted (Ctrl-C): the summary holds only the notebooks that finished ({done})")
+        problems.append(f"interrupted ({course.stopped_by}): the summary holds only the notebooks that finished "
+                        f"({done})")
     finally:
         bar.close()
     write_json_atomic(out / "runs.json", [r.__dict__ for r in course.runs])
@@ -393,10 +407,16 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
         heading = f"This run's results only (`{source}`); `--all` shows the latest result of every notebook."
         ran = {r.notebook for r in course.runs}
         expected = [nb.stem for nb in chosen if nb.stem not in failed and nb.stem in ran]
+    exclude = [] if show_all else failed
     course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
-                                                          exclude=[] if show_all else failed, problems=problems,
-                                                          heading=heading)
-    course.problems = [p for p in problems if not p.startswith(tuple(f"{f} failed" for f in failed))] + ref_problems
+                                                          exclude=exclude, problems=problems, heading=heading)
+    # what the summary found (a corrupt or misnamed file) goes to the terminal and the exit code too, once
+    named = tuple(r.notebook for r in course.runs if not r.ok) + tuple(p.split()[0] for p in problems)
+    found = [p for p in collect(source, expected, exclude)[1]
+             if not (p.startswith("missing: no result for ") and p.split()[4] in named)
+             and (show_all or not p.startswith("no results folder"))]
+    course.problems = ([p for p in problems if not p.startswith(tuple(f"{f} failed" for f in failed))] + found
+                       + ref_problems)
     if course.interrupted:
         course.problems = [p for p in course.problems if not p.startswith("interrupted")]
     return course
@@ -406,16 +426,25 @@ def _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, la
     for nb in bar:
         bar.set_postfix_str(nb.stem)
         dest = out / nb.name
+        writing = out / f"{nb.stem}{TMP_MARK}{os.getpid()}.ipynb"  # papermill rewrites it after every cell
         t0, wall0 = time.perf_counter(), time.time()
         try:
             with _environment(env), _quiet_logs():
-                pm.execute_notebook(str(nb), str(dest), parameters=per_notebook[nb.stem], kernel_name="python3",
+                pm.execute_notebook(str(nb), str(writing), parameters=per_notebook[nb.stem], kernel_name="python3",
                                     cwd=str(nb.parent), progress_bar=False, execution_timeout=timeout_s,
                                     extra_arguments=KERNEL_ARGS)
+            keep_if_whole(writing, dest)
             run = NotebookRun(nb.stem, True, time.perf_counter() - t0, str(dest))
-        except Exception as e:  # report and go on: one failing notebook must not stop the course
+        except BaseException as e:
+            keep_if_whole(writing, dest)  # a cell's error or a timeout: the notebook as far as it ran
+            if disk_full(e):
+                raise DiskFull(errno.ENOSPC, f"no space left on the device writing {nb.stem}'s files",
+                               where(e) or str(out)) from None
+            if not isinstance(e, Exception):
+                raise
             if getattr(e, "ename", "") == "KeyboardInterrupt":  # Ctrl-C reached the kernel first: stop the run
                 raise KeyboardInterrupt from None
+            # report and go on: one failing notebook must not stop the course
             run = NotebookRun(nb.stem, False, time.perf_counter() - t0, str(dest), describe_error(e, dest, timeout_s))
             problems.append(f"{nb.stem} failed: {run.error}; its results are not shown as this run's")
         if run.ok:
@@ -451,11 +480,16 @@ def _quiet_logs() -> Iterator[None]:
 
 def _publish_latest(written: Path, folder: Path, problems: list[str]) -> None:
     """Copy a notebook's result of this run to data/results/<gpu>/ (the latest of each notebook)."""
+    tmp = folder / f"{written.name}{TMP_MARK}{os.getpid()}"
     try:
         load_result(written)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f"{written.name}.gpulab-tmp-{os.getpid()}"
         shutil.copyfile(written, tmp)
         os.replace(tmp, folder / written.name)
     except (OSError, ResultError) as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)  # never a half-copied file beside the latest results
+        if disk_full(e):
+            raise DiskFull(errno.ENOSPC, f"no space left on the device copying {written.name} to the latest results",
+                           str(folder)) from None
         problems.append(f"{written.stem}: result not copied to {folder} ({e})")

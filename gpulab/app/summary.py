@@ -38,6 +38,9 @@ def collect(folder: Path | str, expected: Sequence[str] = (),
             exclude: Sequence[str] = ()) -> tuple[dict[str, dict], list[str]]:
     """Load every result JSON in `folder`; return (results by notebook, problems), naming each bad file.
 
+    A result is its file's: `01_measuring.json` is 01's row, whatever a copy beside it says. A file whose
+    `notebook` field disagrees with its name (a backup `01_measuring_old.json`, a file renamed by hand) is
+    skipped with a problem naming both, so it can never stand in for, or replace, another notebook's row.
     `exclude` names notebooks whose results must not be shown (a notebook that failed in this run).
     """
     folder = Path(folder)
@@ -45,14 +48,24 @@ def collect(folder: Path | str, expected: Sequence[str] = (),
     problems: list[str] = []
     if not folder.is_dir():
         return found, [f"no results folder {folder}"]
+    misnamed: list[tuple[Path, str]] = []
     for path in sorted(folder.glob(RESULT_GLOB)):
         try:
             data = load_result(path)
         except ResultError as e:
             problems.append(f"skipped {path.name}: {str(e).removeprefix(str(path) + ': ')}")
             continue
-        if data["notebook"] not in exclude:
-            found[data["notebook"]] = data
+        if data["notebook"] != path.stem:
+            misnamed.append((path, data["notebook"]))
+        elif path.stem not in exclude:
+            found[path.stem] = data
+    for path, claimed in misnamed:
+        if (folder / f"{claimed}.json").is_file():
+            problems.append(f"skipped {path.name}: it claims to be {claimed}, whose result is {claimed}.json "
+                            "(a copy or a backup? results are read by file name)")
+        else:
+            problems.append(f"skipped {path.name}: its notebook field says {claimed!r}, not {path.stem!r} "
+                            "(results are read by file name: <notebook>.json)")
     for name in expected:
         if name not in found and name not in exclude:
             problems.append(f"missing: no result for {name} in {folder}")
