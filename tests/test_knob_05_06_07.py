@@ -1,5 +1,7 @@
 """Notebooks 05, 06 and 07 edited as a reader would: the main knob changed in its cell, the notebook run at smoke
 size, and the new value found in the labels and the result JSON, with no verdict about the old one."""
+import html
+
 import pytest
 
 from _notebook_run import html_outputs, judged, run_edited
@@ -8,9 +10,10 @@ pytestmark = pytest.mark.notebook
 
 
 def _this_run_html(executed):
-    """The HTML this run showed, less the reference GPU's view (its labels are the reference run's)."""
+    """The HTML and Markdown this run showed, less the reference GPU's view (its labels are the reference run's)."""
     cells = [c for c in executed["cells"] if "reference_view" not in "".join(c["source"])]
-    return html_outputs({"cells": cells})
+    markdown = "".join("".join(o.get("data", {}).get("text/markdown", [])) for c in cells for o in c.get("outputs", []))
+    return html.unescape(html_outputs({"cells": cells}) + markdown)
 
 
 def _names(data):
@@ -30,15 +33,15 @@ def test_07_autocast_dtype_flows(tmp_path):
     assert by["07.bf16_no_scaler"]["verdict"] == "not tested"
     assert "this run measures FP16 autocast" in by["07.bf16_no_scaler"]["note"]
     assert not any("BF16 autocast" in (c.get("note") or "") for c in judged(data))
-    html = _this_run_html(executed)
-    assert "BF16 autocast" not in html and "FP16 autocast" in html
+    shown = _this_run_html(executed)
+    assert "BF16 autocast" not in shown and "training step FP32 -> FP16 autocast" in shown
 
 
 def test_05_worker_count_flows(tmp_path):
     data, executed = run_edited("05_data_overlap", [("NUM_WORKERS = min(4, CORES)", "NUM_WORKERS = 1")], tmp_path)
     mine = data["extra"]["my_loader"]
     assert mine["num_workers"] == 1 and "num_workers=1" in mine["label"]
-    assert "num_workers=1" in html_outputs(executed)
+    assert "num_workers=1, pin_memory=False" in _this_run_html(executed)
 
 
 def test_06_batch_flows(tmp_path):
@@ -49,4 +52,4 @@ def test_06_batch_flows(tmp_path):
     assert not any(e["name"] == "batch 4 -> 32" for e in data["experiments"])
     by = {c["key"]: c for c in data["claims"]}
     assert by["06.speed_8_64"]["verdict"] == "not tested"
-    assert "batch 2 -> 16" in html_outputs(executed)
+    assert "batch 2 -> 16" in _this_run_html(executed)
