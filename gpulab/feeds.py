@@ -31,12 +31,13 @@ class Feed:
     `source` is any endless iterable of (x, y) CPU batches: an `endless_loader`, or `cycle(batches)`.
     The plain loop copies each batch with `.to(device, non_blocking=...)` right before its step (on the
     compute stream); with `prefetch=True` a `CUDAPrefetcher` copies batch i+1 on a side stream while batch i
-    computes (off CUDA it is the plain loop). The source is started (its workers forked) at the first
+    computes, and `prefetch` may instead be a prefetcher class of your own, called as `prefetch(batches, device)`
+    and iterated for device batches (off CUDA it is the plain loop either way). The source is started (its workers forked) at the first
     `run`, so an untimed first call absorbs the start-up. Use as a context manager: closing stops the workers.
     """
 
     def __init__(self, source: Iterable, step: Callable[[Any, Any], Any], device: Any = None, *,
-                 prefetch: bool = False, non_blocking: bool | None = None,
+                 prefetch: bool | Callable[[Iterator, Any], Iterable] = False, non_blocking: bool | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         if not callable(step):
             raise ValueError("step must be callable as step(x, y)")
@@ -44,7 +45,8 @@ class Feed:
         self.source, self.step, self.clock = source, step, clock
         pinned = bool(getattr(source, "pin_memory", False))
         self.non_blocking = pinned if non_blocking is None else non_blocking
-        self.prefetch = prefetch and self.device.type == "cuda"
+        self.prefetch = bool(prefetch) and self.device.type == "cuda"
+        self._prefetcher = prefetch if callable(prefetch) else CUDAPrefetcher
         self._source_it: Iterator | None = None
         self._it: Iterator | None = None
         self.batches = 0
@@ -73,7 +75,7 @@ class Feed:
 
     def _start(self) -> Iterator:
         self._source_it = iter(self.source)
-        self._it = iter(CUDAPrefetcher(self._source_it, self.device)) if self.prefetch else self._source_it
+        self._it = iter(self._prefetcher(self._source_it, self.device)) if self.prefetch else self._source_it
         return self._it
 
     def run(self, n: int) -> None:

@@ -191,7 +191,8 @@ def test_a_gpu_run_says_which_batch_or_reading_is_missing(gpu_lesson):
     util, sweet, mem, *_, gain = M.check_scaling(les, sw)
     assert util.verdict == mem.verdict == gain.verdict == "not tested"
     assert util.note.startswith("batch 64 not measured") and gain.note.startswith("batch 32, 64 not measured")
-    assert M.check_batch_8_64(les, _cmp(4, 3.9, 4.1), 16).note == "batch 64 does not fit (largest run: 16)"
+    assert M.check_batch_8_64(les, _cmp(4, 3.9, 4.1), 16).note == "this run measures batch 8 -> 16"
+    assert M.check_batch_8_64(les, _cmp(4, 3.9, 4.1), 64, 4).verdict == "not tested"
     no_nvml = _sweep({b: (s, g, None) for b, (s, g, _) in GUIDE.items()})
     assert M.check_scaling(les, no_nvml)[0].note == "not measured on this GPU (NVML or GPM unavailable)"
     assert M.check_eighty(les, 1, 1, Estimate(1, 1, 1), "").verdict == "not tested"  # 80% of 1 is 1

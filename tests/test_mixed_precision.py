@@ -78,7 +78,7 @@ def test_formats_and_tf32_on_the_cpu(cpu_lesson, cpu_device):
 
 def test_tf32_matmul_on_a_gpu(gpu_lesson):
     ratios = {"here": 7.4, "rtx_3090": 1.0, "device": "H100 SXM"}
-    eight, twenty = M.check_tf32_matmul(gpu_lesson, _cmp(6.93, 6.85, 6.94), ratios)
+    eight, twenty = M.check_tf32_matmul(gpu_lesson, _cmp(6.93, 6.85, 6.94), ratios)  # no rounds: the median's
     assert (eight.verdict, eight.side) == ("refuted", "lower") and "7.40x" in eight.note
     assert twenty.verdict == "not comparable" and round(twenty.measured) == 593 and "RTX 3090" in twenty.note
 
@@ -142,11 +142,44 @@ def test_step_claims_on_a_gpu(gpu_lesson):
             "tf32_bf16": _cmp(1.55, 1.53, 1.62)}
     M.check_steps(gpu_lesson, _rows(), cmps)
     by = _by_key(gpu_lesson)
-    assert (by["amp_speed"].verdict, by["amp_speed"].side) == ("refuted", "lower")
-    assert "4.79x" in by["amp_speed"].note and "TF32" in by["amp_speed"].note
+    # the baseline is FP32 as PyTorch runs it by default (TF32 off); the speedup over TF32 is in the note
+    assert (by["amp_speed"].verdict, by["amp_speed"].side, by["amp_speed"].measured) == ("refuted", "higher", 4.79)
+    assert "1.56x" in by["amp_speed"].note and "TF32" in by["amp_speed"].note
     assert (by["amp_memory"].verdict, by["amp_memory"].side) == ("refuted", "lower")
     assert by["bf16_002"].verdict == by["mp_003"].verdict == "not comparable"
-    assert by["bf16_002"].measured == 1.55 and "24.2 ms" in by["mp_003"].note
+    assert by["bf16_002"].measured == 4.76 and "24.2 ms" in by["mp_003"].note
+
+
+def test_an_fp16_autocast_run_leaves_the_bf16_claims_untested(gpu_lesson):
+    """After `AMP_DTYPE = torch.float16`, nothing about BF16 is judged on what is now an FP16 step."""
+    import torch
+
+    amp = M.amp_mode(torch.float16)
+    rows = [dict(r, key=amp) if r["key"] == "bf16" else r for r in _rows()]
+    cmps = {"fp16": _cmp(4.79), amp: _cmp(4.9), "tf32_fp16": _cmp(1.56), f"tf32_{amp}": _cmp(1.6)}
+    M.check_steps(gpu_lesson, rows, cmps, amp)
+    losses = {"fp32": [3.0] * 20, "fp16": [3.0] * 20, "fp16_noscale": [3.3] * 20, amp: [3.0] * 20}
+    M.check_convergence(gpu_lesson, losses, 2.0, {}, amp)
+    by = _by_key(gpu_lesson)
+    for key in ("bf16_no_scaler", "bf16_002"):
+        assert by[key].verdict == "not tested" and "this run measures FP16 autocast" in by[key].note
+    assert by["fp16_needs_scaler"].verdict == "confirmed" and by["mp_003"].measured == 4.9
+    with pytest.raises(ValueError, match="AMP_DTYPE"):
+        M.amp_mode(torch.float32)
+
+
+def test_tf32_claim_interval_holds_every_round():
+    """A claim at a band edge stands on the spread of its own repeats: the median's interval widened to each
+    interleaved round's ratio."""
+    from gpulab.experiment import Comparison, RunResult
+    from gpulab.timing import Measurement
+
+    def run(per_call):
+        return RunResult("x", Measurement("x", per_call, windows=[(1, t) for t in per_call]))
+
+    cmp = Comparison("matmul", run([7.0, 7.1, 6.9, 7.2]), run([1.0, 1.0, 1.0, 0.96]))
+    est = M.round_spread(cmp)
+    assert est.lo <= 6.9 and est.hi >= 7.5 and est.lo <= est.value <= est.hi
 
 
 def test_step_and_neighbour_claims_on_the_cpu(cpu_lesson):

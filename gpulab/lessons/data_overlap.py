@@ -222,7 +222,7 @@ def check_data_wait(lesson: Any, wait_b: Estimate, wait_a: Estimate, w_fed: int)
 
 def check_prefetch_factor(lesson: Any, pf_gain: Estimate, w_fed: int) -> Claim:
     """`prefetch_factor=4` against 2 (002), on `feeds.paired_ratio` of the interleaved windows: a 95% t-interval
-    (from 49 pairs in the notebook; from three it is wide, and their range would hold the median only 75% of the
+    (from 17 pairs in the notebook; from three it is wide, and their range would hold the median only 75% of the
     time)."""
     why = why_not(lesson)
     return lesson.untested("prefetch_factor", why) if why else lesson.check(
@@ -325,14 +325,40 @@ def utilization_figure(rows: Sequence[dict[str, Any]], worker_list: Sequence[int
     plt.show()
 
 
-def sawtooth_figure(cmp_feed: Any, gpu: bool, w_fed: int) -> None:
-    """The utilization timeline of the starved and the fed loop (GPU panels first on a GPU)."""
+def union(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping (start, end) intervals merged, in time order: the busy time of a trace's kernels."""
+    out: list[list[float]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+def busy_idle_figure(spans: dict[str, Sequence[tuple[float, float]]], what: str, batches: int) -> None:
+    """One row per loop: its busy intervals (`what`, from a profiler trace) as bars over time, the gaps between
+    them idle; each row's busy share of its own span in the label."""
     import matplotlib.pyplot as plt
 
-    from ..display import plots
-    panels = ("nvml_util", "gpm_sm_active", "cpu_percent") if gpu else ("cpu_percent", "nvml_util")
-    plots.timeline(cmp_feed, metrics=panels, title=f"the sawtooth: 0 workers vs {workers(w_fed)}")
-    plt.gcf().tight_layout()
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.9 * len(spans)))
+    colors = ("#d62728", "#2ca02c", "#1f77b4")
+    for i, (label, raw) in enumerate(spans.items()):
+        busy = union(raw)
+        if not busy:
+            ax.text(0, i, f"{label}: no busy intervals in the trace", va="center", fontsize=9)
+            continue
+        start, end = busy[0][0], busy[-1][1]
+        share = sum(hi - lo for lo, hi in busy) / (end - start) if end > start else 1.0
+        ax.broken_barh([(lo - start, hi - lo) for lo, hi in busy], (i - 0.35, 0.7), color=colors[i % 3])
+        ax.text(end - start, i + 0.42, f"busy {share:.0%} of {end - start:.3g} s", ha="right", va="bottom", fontsize=8)
+    ax.set_yticks(range(len(spans)), list(spans))
+    ax.set_ylim(-0.6, len(spans) - 0.1)
+    ax.invert_yaxis()
+    ax.set(xlabel="seconds from the first busy interval",
+           title=f"{what} busy (bars) and idle (gaps) over {batches} batches, from a profiler trace")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
     plt.show()
 
 
