@@ -321,11 +321,10 @@ def _last_started_cell(executed: Path) -> str:
 
 
 def _result_of(results: Path, stem: str, since: float) -> Path | None:
-    """The result file a notebook wrote in this run, if any."""
-    for path in results.glob(f"*/{stem}.json"):
-        if path.stat().st_mtime >= since - 1:
-            return path
-    return None
+    """The result file a notebook wrote in this run, if any (11's `RUN_NAME` names it `<stem>-<RUN_NAME>.json`)."""
+    found = [p for pattern in (f"*/{stem}.json", f"*/{stem}-*.json") for p in results.glob(pattern)
+             if p.stat().st_mtime >= since - 1]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path | str | None = None,
