@@ -37,8 +37,8 @@ def test_summary_from_fixtures_reports_missing_and_malformed_and_keeps_the_rest(
     assert "skipped 03_fusion.json: " in text and "not valid JSON" in text
     assert "skipped 04_sync_points.json: " in text and "missing keys" in text
     assert "missing: no result for 05_data_overlap" in text
-    assert "| 01_measuring | 2-3x faster | 2–3x | 2.5 | confirmed" in text
-    assert "| 1 | 2.50x: bf16 autocast | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in text  # the per-notebook table
+    assert "| 01_measuring | 2-3x faster | guide | 2–3x | 2.50x | confirmed" in text
+    assert "| 1 | 2.50x: bf16 autocast | 1 | 0 | 0 | 0 | 0 | 0 | 0 | — |" in text  # the per-notebook table
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -417,54 +417,32 @@ def check_reference_results(results: dict[str, dict], folder: Path | str) -> Non
 
 
 def reference_section(folder: Path | str) -> str:
-    """Markdown for the README: whose numbers these are, the figure, the notebook table, the key measurements.
-
-    Everything comes from the result JSON in `folder` (a committed reference run).
-    """
+    """Markdown for the README: one row per notebook with a link to its executed page, its headline on the
+    reference GPU (the experiment the lesson marks, with its 95% interval) and its verdicts on the guide's claims;
+    then the self-check's peaks. Everything comes from the result JSON in `folder` (a committed reference run)."""
     folder = Path(folder)
     results, _ = collect(folder)
     check_reference_results(results, folder)
     dev = next(iter(results.values()))["device"]
     where = folder.as_posix()
-    md = [f"These are the reference GPU's numbers, not yours: an {dev['name']} (driver {dev.get('driver')}, torch "
-          f"{dev.get('torch_version')}, CUDA {dev.get('cuda_version')}), every notebook run headless at full size. "
-          "The result files, the full tables (every before/after and every claim with its verdict) and the figure "
-          f"are in [`{where}/`]({where}/summary.md); `python -m gpulab run --compare {where}` puts your run "
-          "beside them.", "",
-          f"![what each change gained on the reference GPU]({where}/summary.png)", "",
-          notebook_table(results), "", COUNTS_NOTE, ""]
-    check = results.get("00_device")
-    if check:
-        ex = check.get("extra", {})
-        peaks = ex.get("measured_peaks") or {}
-        tflops = ", ".join(f"{k.upper()} {v:,.0f}" for k, v in (peaks.get("tflops") or {}).items())
-        line = (f"- Device self-check (`python -m gpulab check`): measured matmul {tflops} TFLOP/s "
-                f"({peaks.get('matmul_size', '?')}³), copy {_fmt(peaks.get('copy_gbs'), '{:,.0f}')} GB/s")
-        busy, idle = _claim(check, "NVML utilization >="), _claim(check, "NVML utilization <")
-        tensor = _claim(check, "GPM tensor activity")
-        if busy and idle:
-            line += (f"; NVML utilization {_fmt(busy.get('measured'), '{:.0f}%')} around 2 s of BF16 matmuls"
-                     + (f" (GPM tensor activity {_fmt(tensor.get('measured'), '{:.0f}%')})" if tensor else "")
-                     + f" and {_fmt(idle.get('measured'), '{:.0f}%')} when idle")
-        if ex.get("monitor_overhead_ratio") is not None:
-            line += f"; the monitor's on/off time ratio on a small training loop {ex['monitor_overhead_ratio']:.4f}"
-        if ex.get("host"):
-            line += f"; host: {ex['host']['cpu']}, {ex['host']['launch_us']:.3g} µs per eager kernel launch"
-        md.append(line + ".")
-    case = results.get("08_case_study")
-    rows = (case or {}).get("extra", {}).get("waterfall") or []
-    if len(rows) >= 2:
-        first, last = rows[0], rows[-1]
-        mfu = [_fmt(None if r.get("mfu_bf16_peak") is None else r["mfu_bf16_peak"] * 100, "{:.1f}%")
-               for r in (first, last)]
-        line = (f"- Case study: {first['tokens_per_s']:,.0f} -> {last['tokens_per_s']:,.0f} tokens/s "
-                f"({last['tokens_per_s'] / first['tokens_per_s']:.1f}x), MFU {mfu[0]} -> {mfu[1]} of the datasheet "
-                "dense BF16 peak")
-        floor = _claim(case, "Benchmark floor: the optimized loop reaches at least")
-        if floor and floor.get("low") is not None:
-            line += (f"; the course's own target of at least {floor['low']:g}% MFU for the optimized loop is "
-                     f"**{floor['verdict']}**")
-        md.append(line + ".")
+    md = [f"On the reference GPU, an {dev['name']} (full sizes; [every table]({where}/summary.md)):", "",
+          "| notebook | headline [95% interval] | the guide's claims: confirmed / refuted / inconclusive |",
+          "| --- | --- | --- |"]
+    for nb, data in sorted(results.items()):
+        if nb.startswith("00_"):
+            continue
+        page = folder / "html" / f"{nb}.html"
+        name = f"[{nb}]({where}/html/{nb}.html)" if page.exists() else nb
+        g = headline_gains(data)
+        head = "; ".join(f"{_ratio_str(est)} {e['name']}" for e, est in g[:2]) if g else "—"
+        n = count_verdicts(data["claims"], origin="guide")
+        md.append(f"| {name} | {head} | {n['confirmed']} / {n['refuted_higher'] + n['refuted_lower']} / "
+                  f"{n['inconclusive']} |")
+    peaks = ((results.get("00_device") or {}).get("extra", {}).get("measured_peaks") or {})
+    if peaks.get("tflops"):
+        tflops = ", ".join(f"{k.upper()} {v:,.0f}" for k, v in peaks["tflops"].items())
+        md += ["", f"Its self-check (`python -m gpulab check`) measured matmul {tflops} TFLOP/s and a copy at "
+               f"{_fmt(peaks.get('copy_gbs'), '{:,.0f}')} GB/s."]
     return "\n".join(md)
 
 
