@@ -1,10 +1,8 @@
 """Measured peaks: the matmul TFLOP/s and copy bandwidth this device sustains, measured once per run."""
 from __future__ import annotations
 
-import math
 import os
 import re
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -116,210 +114,7 @@ def _matmul_fn(n: int, dtype: str, device: torch.device):
 Shape = tuple[int, int, int]  # (M, N, K): an M×K matrix times a K×N one
 TimeCalls = Callable[[Shape, int], Sequence[float]]  # seconds of each of n calls of one shape
 
-METHOD = ("each call timed alone (CUDA events around it, after a write that evicts the L2 cache and a rewrite of "
-          "the output, as mamf-finder times it); a shape's rate is its median call; a round is one such median")
-
-
-def search_shapes(size: int, *, m_step: int | None = None, m_stop: int | None = None,
-                  cube: bool = True) -> list[Shape]:
-    """The shapes a peak search times: M from m_step up to m_stop at N = K = size, then (2·size)³.
-
-    At size 4096 the defaults are mamf-finder's quick range (`--m_range 0 20480 256 --n 4096 --k 4096`) plus 8192³.
-    """
-    positive_int("size", size)
-    m_step = m_step or max(1, size // 16)
-    m_stop = m_stop or 5 * size
-    positive_int("m_step", m_step)
-    shapes = [(m, size, size) for m in range(m_step, m_stop, m_step)]
-    if cube:
-        shapes.append((2 * size,) * 3)
-    if not shapes:
-        raise ValueError(f"m_step={m_step} and m_stop={m_stop} leave no shape to search")
-    return shapes
-
-
-def shape_flops(shape: Shape) -> int:
-    """FLOPs of one (M, N, K) matmul: 2·M·N·K."""
-    m, n, k = shape
-    return 2 * m * n * k
-
-
-def _median(xs: Sequence[float]) -> float:
-    v = sorted(xs)
-    h = len(v) // 2
-    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2
-
-
-def median_interval(xs: Sequence[float]) -> tuple[float, float]:
-    """A distribution-free 95% confidence interval for the median of `xs` (order statistics; the range below 6)."""
-    v = sorted(xs)
-    n = len(v)
-    if n < 6:
-        return v[0], v[-1]
-    half = 1.96 * math.sqrt(n) / 2
-    return v[max(0, math.floor(n / 2 - half))], v[min(n - 1, math.ceil(n / 2 + half) - 1)]
-
-
-@dataclass
-class ShapeSearch:
-    """What a peak search found: each shape's rate, the best shapes' rounds, the winner and how long it took."""
-
-    rows: list[list[float]]                   # [M, N, K, TFLOP/s of the median call] per shape, in search order
-    rounds: dict[Shape, list[float]]          # TFLOP/s of each round of the shapes re-measured
-    round_intervals: dict[Shape, list[list[float]]]  # [lo, hi] TFLOP/s per round: 95% for its median call
-    best: Shape
-    search_s: float
-    rounds_s: float
-
-    @property
-    def tflops(self) -> float:
-        """The best shape's rate: the median of its rounds."""
-        return _median(self.rounds[self.best])
-
-    @property
-    def interval(self) -> tuple[float, float]:
-        """(min, max) TFLOP/s over the best shape's rounds."""
-        r = self.rounds[self.best]
-        return min(r), max(r)
-
-
-def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s: float, round_s: float,
-                      top: int = 3, rounds: int = 5, warm_calls: int = 3, min_calls: int = 5,
-                      max_calls: int = 100, clock: Callable[[], float] = time.perf_counter,
-                      progress: Callable[[Any], Any] = iter) -> ShapeSearch:
-    """Time every shape briefly, then the `top` fastest again in `rounds` interleaved rounds; the best is the shape
-    with the highest median round.
-
-    `time_calls(shape, n)` runs n calls of the shape and returns each call's seconds. Each shape first gets
-    `warm_calls` untimed calls (its kernel chosen, its memory touched), which also tell how long a call takes; then
-    as many calls as fit in `shape_s` (between `min_calls` and `max_calls`), and its rate is its median call. The
-    rounds are interleaved shape by shape, so a clock that drifts moves every candidate alike; each round times
-    as many calls as fit in `round_s` (at least `min_calls`).
-    """
-    if not shapes:
-        raise ValueError("shapes must name at least one (M, N, K) shape")
-    positive_int("top", top)
-    positive_int("rounds", rounds)
-    positive_int("min_calls", min_calls)
-    t0 = clock()
-    rows, per_call = [], {}
-    for shape in progress(list(shapes)):
-        warm = list(time_calls(shape, warm_calls)) if warm_calls else []
-        guess = _median(warm) if warm else 0.0
-        calls = max(min_calls, min(max_calls, int(shape_s / guess) if guess > 0 else max_calls))
-        t = _median(time_calls(shape, calls))
-        per_call[shape] = t
-        rows.append([*shape, shape_flops(shape) / max(t, 1e-12) / 1e12])
-    t1 = clock()
-    ranked = sorted(per_call, key=lambda sh: shape_flops(sh) / max(per_call[sh], 1e-12), reverse=True)[:top]
-    out_rounds: dict[Shape, list[float]] = {sh: [] for sh in ranked}
-    out_iv: dict[Shape, list[list[float]]] = {sh: [] for sh in ranked}
-    for _ in range(rounds):
-        for sh in ranked:
-            calls = max(min_calls, int(round_s / max(per_call[sh], 1e-12)))
-            times = list(time_calls(sh, calls))
-            f = shape_flops(sh) / 1e12
-            out_rounds[sh].append(f / max(_median(times), 1e-12))
-            lo, hi = median_interval(times)
-            out_iv[sh].append([f / max(hi, 1e-12), f / max(lo, 1e-12)])
-    best = max(ranked, key=lambda sh: _median(out_rounds[sh]))
-    return ShapeSearch(rows, out_rounds, out_iv, best, t1 - t0, clock() - t1)
-
-
-def _shape_timer(dtype: str, device: torch.device, shapes: Sequence[Shape]) -> TimeCalls:
-    """A `time_calls` for `search_best_shape`: nn.Linear's layout (A @ B.T, B stored N×K), operands allocated once
-    per (N, K) at the largest M and sliced; on a GPU each call alone between CUDA events after an L2 eviction."""
-    cuda = device.type == "cuda"
-    if dtype == "fp8" and not (cuda and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")):
-        raise ValueError("dtype='fp8' needs torch._scaled_mm on a CUDA GPU with FP8 tensor cores (sm_89+)")
-    tdt = torch.bfloat16 if dtype == "fp8" else torch_dtype(dtype)
-    operands: dict[tuple[int, int], tuple[torch.Tensor, ...]] = {}
-    for nk in {(n, k) for _, n, k in shapes}:
-        m_max = max(m for m, n, k in shapes if (n, k) == nk)
-        a = torch.randn(m_max, nk[1], device=device, dtype=tdt)
-        b = torch.randn(nk[0], nk[1], device=device, dtype=tdt)
-        if dtype == "fp8":
-            a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
-        c = torch.empty(m_max, nk[0], device=device, dtype=tdt)
-        operands[nk] = (a, b, c, torch.randn_like(c) if cuda else c)
-    flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device=device) if cuda else None
-    one = torch.tensor(1.0, device=device)
-
-    def call(shape: Shape) -> tuple[Callable[[], Any], Callable[[], Any]]:
-        m, n, k = shape
-        a, b, c, c_rand = operands[(n, k)]
-        a, bt, c, c_rand = a[:m], b.t(), c[:m], c_rand[:m]
-        if dtype == "fp8":
-            fn = lambda: torch._scaled_mm(a, bt, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
-        else:
-            fn = lambda: torch.mm(a, bt, out=c)  # noqa: E731
-
-        def reset() -> None:
-            if flush is not None:
-                flush.zero_()      # evict the L2 cache: operands come from memory, as in a model
-                c.copy_(c_rand)    # the output is written for real each call
-        return fn, reset
-
-    def time_calls(shape: Shape, n_calls: int) -> list[float]:
-        fn, reset = call(shape)
-        with torch.no_grad(), float32_matmul_precision("high" if dtype == "tf32" else "highest"):
-            if not cuda:
-                out = []
-                for _ in range(n_calls):
-                    t = time.perf_counter()
-                    fn()
-                    out.append(time.perf_counter() - t)
-                return out
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n_calls)]
-            for start, end in ev:
-                reset()
-                start.record()
-                fn()
-                end.record()
-            torch.cuda.synchronize(device)
-            return [s.elapsed_time(e) / 1e3 for s, e in ev]
-    return time_calls
-
-
-def search_matmul_peak(dtype: str, device: torch.device | None = None, *, size: int = 4096,
-                       m_step: int | None = None, warm_s: float = 3.0, shape_s: float = 0.06,
-                       round_s: float = 0.2, top: int = 3, rounds: int = 5,
-                       progress: bool = False) -> tuple[ShapeSearch, dict[str, Any]]:
-    """Search matmul shapes for the best sustained rate of `dtype`, as mamf-finder does, and re-measure the best.
-
-    `warm_s` seconds of back-to-back calls of the largest shape first (clocks and power at their steady state),
-    then `search_best_shape` over `search_shapes(size, m_step=m_step)`. Returns the search and the mean SM clock
-    and power seen during it ("sm_clock_mhz", "power_w"; absent without NVML).
-    """
-    dtype = check_dtype(dtype)
-    device = device or get_device().torch_device
-    shapes = search_shapes(size, m_step=m_step)
-    timer = _shape_timer(dtype, device, shapes)
-    biggest = max(shapes, key=shape_flops)
-    t_end = time.perf_counter() + warm_s
-    while True:  # at least one call, so the first timed shape does not pay cuBLAS's set-up
-        timer(biggest, 1)
-        if time.perf_counter() >= t_end:
-            break
-    mon = None
-    if device.type == "cuda":
-        from .monitor import Monitor
-        mon = Monitor(get_device(device.index), poll_s=0.2, gpm=False, cpu=False).start()
-    bar = iter
-    if progress:
-        from tqdm.auto import tqdm
-        bar = lambda xs: tqdm(xs, desc=f"{dtype.upper()} matmul shapes", leave=False)  # noqa: E731
-    try:
-        found = search_best_shape(timer, shapes, shape_s=shape_s, round_s=round_s, top=top, rounds=rounds,
-                                  progress=bar)
-    finally:
-        trace = mon.stop() if mon else None
-    state: dict[str, Any] = {}
-    for metric in ("sm_clock_mhz", "power_w"):
-        v = trace.mean(metric) if trace else None
-        if v is not None:
-            state[metric] = v
-    return found, state
+from .peak_search import (METHOD, search_shapes, shape_flops, _median, median_interval, ShapeSearch, search_best_shape, _shape_timer, search_matmul_peak)  # noqa: E402,F401
 
 
 def sustained_matmul_tflops(n: int, dtype: str, device: torch.device | None = None, *, warm_s: float = 2.0,
@@ -447,6 +242,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
                 shape_s=(0.06 if gpu else 0.005) if shape_s is None else shape_s,
                 round_s=(0.2 if gpu else 0.01) if round_s is None else round_s,
                 top=(3 if gpu else 2) if top is None else top, rounds=(5 if gpu else 3) if rounds is None else rounds,
+                round_calls=100 if gpu else None, round_warm=50 if gpu else 0,  # a round as mamf-finder times a shape
                 progress=gpu)
     out = MeasuredPeaks(device=device.name, matmul_size=n, run_id=os.environ.get("GPULAB_RUN_ID", ""), method=METHOD)
     old = None if refresh else _load_run_peaks(cache_file, ())  # this run's earlier values stay the values

@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parent.parent / "gpulab"
 CORE = ["checks", "text", "claims", "compiler", "params", "dtypes", "memory", "device", "peaks", "timing", "flops", "monitor", "profiling", "experiment", "results",
         "lesson", "tracker", "traces"]
 CORE += ["tracker_overhead"]  # what a step tracker costs (notebook 09)
-CORE += ["host"]  # the host's kernel-launch time, recorded by every lesson
+CORE += ["host", "verdicts", "peak_search"]  # the host's kernel-launch time, recorded by every lesson
 TOOLS = ["dataloading", "feeds", "batchsize", "sweeps", "fused_loss", "workloads", "training", "distributed", "matmuls", "sampling"]
 OTHER = {"_rank", "__main__"}  # a rank's entry point, the CLI entry
 UPPER = ("gpulab.lessons", "gpulab.app", "gpulab.display")
