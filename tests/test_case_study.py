@@ -131,6 +131,13 @@ def test_waterfall_claims_on_fake_steps():
     assert c["compile_speedup"].measured == pytest.approx(c["step4_compile"].measured)  # our compile gain beside
 
 
+def test_data_step_is_not_judged_on_a_loop_whose_data_sits_in_memory():
+    """More workers could not come out faster on this loop, whatever the gain: the step is not tested, and says why."""
+    for gains in ((2.0, 1.13, 1.5, 2.2, 1.2, 1.0, 1.01, 1.5, 1.1, 1.07), (2.0, 1.13, 0.9, 2.2, 1.2, 1.0, 1.01, 1.5, 1.1, 1.07)):
+        c = judged(waterfall(gains))["step2_data"]
+        assert c.verdict == "not tested" and "sits in memory" in c.note + str(getattr(c, "reason", ""))
+
+
 def test_waterfall_claims_without_a_gpu_are_not_tested():
     c = judged(waterfall(), gpu=False)
     assert all(c[k].verdict == "not tested" for k in CS.JUDGED_PROXY)

@@ -127,3 +127,21 @@ def test_launch_resolves_a_worker_file(tmp_path):
         D.resolve_target(f"{tmp_path / 'missing.py'}:answer")
     with pytest.raises(ValueError, match="must look like"):
         D.resolve_target("no_colon")
+
+
+def test_bandwidth_axis_has_no_negative_decades_and_the_overlap_legend_sits_beside_the_lanes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gpulab.lessons import multi_gpu as R
+
+    rows = [{"bytes": 2**k, "busbw_gbs": v, "busbw_low": lo, "busbw_high": v * 1.1}
+            for k, v, lo in ((10, 0.002, 0.0), (12, 0.01, 0.008), (20, 5.0, 4.0), (30, 300.0, 290.0))]
+    ax = R.plot_bandwidth(rows, link_gbs=450.0).axes[0]
+    assert ax.get_yscale() == "log" and ax.get_ylim()[0] > 0
+    assert ax.get_xlim()[0] >= 2**10 / 2 and [t.get_text() for t in ax.get_xticklabels()][0] == "1 KiB"
+    profiles = [{"compute": [(0.0, 5.0)], "comm": [(3.0, 6.0)]}, {"compute": [(0.0, 5.0)], "comm": [(4.0, 7.0)]}]
+    fig = R.plot_overlap(profiles)
+    fig.canvas.draw()
+    leg, ax = fig.axes[0].get_legend().get_window_extent(), fig.axes[0].get_window_extent()
+    assert leg.x0 >= ax.x1  # beside the lanes, not over them

@@ -192,6 +192,14 @@ JUDGED_PROXY = {"naive_util_target": "util:first", "naive_mfu_low": "mfu:first",
                 "floor_speedup": "speedup", "floor_mfu": "mfu:last"} | {k: f"gain:{f}" for k, f in STEP_FIELDS.items()}
 
 
+# Waterfall steps that this loop cannot judge, and why: the guide's step would have to be able to come out either way.
+NOT_JUDGED_HERE = {
+    "step2_data": "this loop's data already sits in memory (byte tokens of a text in RAM, sliced into windows), so "
+                  "the GPU hardly waits on loading and more workers could not come out faster; the step is measured "
+                  "above, and loading is judged where it can matter, in notebook 05",
+}
+
+
 def judge_waterfall(lesson: Any, steps: list[Any], *, device_memory_gb: float | None = None,
                     compile_error: str | None = None) -> list[Any]:
     """Record every waterfall claim on `lesson`: the judged ones (JUDGED_PROXY) checked, or not tested where this
@@ -200,7 +208,9 @@ def judge_waterfall(lesson: Any, steps: list[Any], *, device_memory_gb: float | 
     px, out = Proxies(steps, device_memory_gb), []
     for key, proxy in JUDGED_PROXY.items():
         est, mid = px.get(proxy)
-        if not lesson.gpu:
+        if key in NOT_JUDGED_HERE:
+            out.append(lesson.untested(key, NOT_JUDGED_HERE[key]))
+        elif not lesson.gpu:
             out.append(lesson.untested(key, "needs a CUDA GPU; see the reference run"))
         elif est is None:
             why = ("torch.compile did not run here" + (f": {compile_error}" if compile_error else "")

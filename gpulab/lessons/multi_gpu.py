@@ -231,6 +231,14 @@ def as_comparison(name: str, before: dict[str, Any], after: dict[str, Any], *, p
 
 # ---------------------------------------------------------------- figures
 
+def _bytes_label(n: float) -> str:
+    """1 KiB, 4 KiB, ... 1 GiB: a message size in binary units."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
 def plot_bandwidth(rows: list[dict[str, Any]], *, link_gbs: float | None, link_label: str = "",
                    ref_rows: list[dict[str, Any]] | None = None, ref_label: str = "reference", title: str = ""):
     """Bus bandwidth against message size (log-log), its interval shaded, the link's limit as a line."""
@@ -238,15 +246,24 @@ def plot_bandwidth(rows: list[dict[str, Any]], *, link_gbs: float | None, link_l
 
     fig, ax = plt.subplots(figsize=(8, 3.8))
     xs = [r["bytes"] for r in rows]
-    ax.plot(xs, [r["busbw_gbs"] for r in rows], "o-", color="#00798c", label="this run (busbw)")
-    ax.fill_between(xs, [r["busbw_low"] for r in rows], [r["busbw_high"] for r in rows], color="#00798c", alpha=0.2)
+    shown = [v for r in [*rows, *(ref_rows or [])] for v in (r["busbw_gbs"], r["busbw_low"], r["busbw_high"]) if v]
+    floor = min([v for v in shown if v > 0] or [1e-3]) / 2  # a log axis: no zero, no negative decades
+    clamp = lambda vs: [max(v or 0.0, floor) for v in vs]  # noqa: E731
+    ax.plot(xs, clamp([r["busbw_gbs"] for r in rows]), "o-", color="#00798c", label="this run (busbw)")
+    ax.fill_between(xs, clamp([r["busbw_low"] for r in rows]), clamp([r["busbw_high"] for r in rows]),
+                    color="#00798c", alpha=0.2)
     if ref_rows:
-        ax.plot([r["bytes"] for r in ref_rows], [r["busbw_gbs"] for r in ref_rows], "s--", color="#8d8d8d",
+        ax.plot([r["bytes"] for r in ref_rows], clamp([r["busbw_gbs"] for r in ref_rows]), "s--", color="#8d8d8d",
                 label=ref_label)
     if link_gbs:
         ax.axhline(link_gbs, color="#d1495b", ls=":", label=f"link limit {link_gbs:,.0f} GB/s {link_label}")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=floor)
+    if xs:
+        ax.set_xlim(min(xs) / 1.2, max(xs) * 1.2)
+    ax.set_xticks(xs, [_bytes_label(x) for x in xs], fontsize=8)
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_title(title or "all-reduce bus bandwidth vs message size")
@@ -270,7 +287,7 @@ def plot_overlap(profiles: list[dict[str, Any] | None], title: str = ""):
     ax.set_xlabel("ms since the first profiled event")
     ax.set_title(title or "communication (red) under compute (teal), per rank")
     if profiles:
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lanes, never on them
     fig.tight_layout()
     return fig
 

@@ -100,10 +100,14 @@ class ResidualMLP(nn.Module):
 
 
 class SlowLoop:
-    """The training loop of notebook 09 with a chosen `LoopConfig`; `fn(steps)` makes a timed call."""
+    """The training loop of notebook 09 with a chosen `LoopConfig`; `fn(steps)` makes a timed call.
+
+    `step`, if given, is the training step written out in the notebook: called with this loop, it returns the
+    loss (a float where the config reads it every step, else a tensor on the device)."""
 
     def __init__(self, model: ResidualMLP, batch: int, config: LoopConfig = SLOW, *, n_batches: int = 4,
-                 device: torch.device | str | None = None, seed: int = 0):
+                 device: torch.device | str | None = None, seed: int = 0,
+                 step: Callable[[SlowLoop], Any] | None = None):
         if not isinstance(batch, int) or batch <= 0:
             raise ValueError(f"batch={batch!r} must be a positive integer")
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -123,12 +127,21 @@ class SlowLoop:
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **opt_kw)
         self.flops_per_step = model.flops_per_sample() * batch
         self._i, self.losses = 0, []
+        self._step_fn = step
 
-    def step(self) -> torch.Tensor:
-        """One step: copy a batch in, forward, loss, backward, optimizer step. Returns the loss (on the device)."""
-        c = self.config
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next (features, labels) batch in host memory, pinned where the config says so."""
         x, y = self.host[self._i % len(self.host)]
         self._i += 1
+        return x, y
+
+    def step(self) -> Any:
+        """One step: copy a batch in, forward, loss, backward, optimizer step. Returns the loss, read on the host
+        (`.item()`) where the config reads it every step, else on the device."""
+        if self._step_fn is not None:
+            return self._step_fn(self)
+        c = self.config
+        x, y = self.next_batch()
         x = x.to(self.device, non_blocking=c.pinned)
         y = y.to(self.device, non_blocking=c.pinned)
         self.opt.zero_grad(set_to_none=True)
@@ -137,7 +150,7 @@ class SlowLoop:
             loss = F.cross_entropy(self.model(x), y)
         loss.backward()
         self.opt.step()
-        return loss.detach()
+        return loss.item() if c.read_every_step else loss.detach()
 
     def run(self, steps: int) -> float:
         """`steps` steps; the slow habit reads the loss every step, the fix once at the end."""
@@ -147,8 +160,7 @@ class SlowLoop:
         try:
             total: Any = 0.0
             for _ in range(steps):
-                loss = self.step()
-                total = total + (loss.item() if self.config.read_every_step else loss)
+                total = total + self.step()
             return float(total) / steps
         finally:
             torch.set_float32_matmul_precision(old)
