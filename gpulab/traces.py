@@ -92,7 +92,8 @@ class TimeBreakdown:
                 + (f"<p><i>{self.note}</i></p>" if self.note else ""))
 
 
-def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def union_spans(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping (start, end) intervals merged, in time order: the busy time of a trace's kernels."""
     out: list[list[float]] = []
     for s, e in sorted(spans):
         if out and s <= out[-1][1]:
@@ -159,9 +160,9 @@ def _time_breakdown(trace: str | Path | dict[str, Any], step_name: str) -> TimeB
         lo, hi = min(s for s, _ in steps), max(max(e for _, e in steps), max(e for _, (_, e), _ in device))
     else:
         lo, hi = min(s for _, (s, _), _ in device), max(e for _, (_, e), _ in device)
-    kernels = _union(_clip([sp for c, sp, _ in device if c == "kernels"], lo, hi))
-    copies = _union(_clip([sp for c, sp, _ in device if c != "kernels"], lo, hi))
-    busy = _union(kernels + copies)
+    kernels = union_spans(_clip([sp for c, sp, _ in device if c == "kernels"], lo, hi))
+    copies = union_spans(_clip([sp for c, sp, _ in device if c != "kernels"], lo, hi))
+    busy = union_spans(kernels + copies)
     ms = {"kernels": _length(kernels) / 1e3, "memcpy/memset": (_length(busy) - _length(kernels)) / 1e3}
     ms |= {k: 0.0 for k in IDLE_KINDS}
     launches = {e.get("args", {}).get("correlation"): span(e) for e in events

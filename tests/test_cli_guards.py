@@ -1,6 +1,7 @@
 """The runner and the CLI refuse what would lose or misreport data, and say every failure where it is seen."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -15,14 +16,14 @@ pm = pytest.importorskip("papermill")
 
 @pytest.fixture
 def fake_papermill(monkeypatch):
-    """Each "notebook" writes a result file where the runner points it, as a real one does."""
+    """Each "notebook" writes a result file where the runner points it, and its executed copy, as a real one does."""
     ran = []
 
     def execute(src, dst, **kwargs):
         stem = Path(src).stem
         ran.append(stem)
         make_result(stem, speedup=2.0).save(os.environ["GPULAB_RESULTS"])
-        Path(dst).write_text("{}")
+        Path(dst).write_text(json.dumps({"cells": [], "metadata": {"papermill": {"output_path": dst}}}))
 
     monkeypatch.setattr(pm, "execute_notebook", execute)
     return ran

@@ -35,6 +35,7 @@ import pytest
 from gpulab.__main__ import main
 from gpulab.app import course, summary
 from gpulab.results import ResultError, load_result
+from test_cli_guards import fake_papermill  # noqa: F401  (one fake runner for both files)
 from test_results import make_result
 
 pm = pytest.importorskip("papermill")
@@ -97,21 +98,6 @@ def test_a_result_from_a_newer_gpulab_is_refused_by_name(tmp_path):
 
 
 # -- the command line: refused before any work ---------------------------------------------------------------
-
-@pytest.fixture
-def fake_papermill(monkeypatch):
-    """Each "notebook" writes a result file where the runner points it, and its executed copy, as a real one does."""
-    ran = []
-
-    def execute(src, dst, **kwargs):
-        stem = Path(src).stem
-        ran.append(stem)
-        make_result(stem, speedup=2.0).save(os.environ["GPULAB_RESULTS"])
-        Path(dst).write_text(json.dumps({"cells": [], "metadata": {"papermill": {"output_path": dst}}}))
-
-    monkeypatch.setattr(pm, "execute_notebook", execute)
-    return ran
-
 
 def _one_line(err):
     lines = [ln for ln in err.splitlines() if ln.startswith("gpulab:")]

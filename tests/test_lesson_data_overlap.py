@@ -277,7 +277,9 @@ def test_busy_intervals_merge_and_draw():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    assert L.union([(0.5, 0.6), (0.0, 0.2), (0.1, 0.3)]) == [(0.0, 0.3), (0.5, 0.6)]
+    from gpulab.traces import union_spans
+
+    assert union_spans([(0.5, 0.6), (0.0, 0.2), (0.1, 0.3)]) == [(0.0, 0.3), (0.5, 0.6)]
     L.busy_idle_figure({"starved": [(0.0, 0.1), (0.9, 1.0)], "fed": [(0.0, 0.5), (0.5, 1.0)], "empty": []},
                        "GPU kernels", 4)
     plt.close("all")

@@ -12,6 +12,7 @@ from ..claims import Claim, Estimate, ratio
 from ..dataloading import denormalize, workers
 from ..feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
 from ..text import pct, si
+from ..traces import union_spans
 
 NO_GPU = "needs a CUDA GPU (here the model trains on the same CPU cores the workers use); see the reference run"
 SMOKE_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=False"
@@ -325,17 +326,6 @@ def utilization_figure(rows: Sequence[dict[str, Any]], worker_list: Sequence[int
     plt.show()
 
 
-def union(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Overlapping (start, end) intervals merged, in time order: the busy time of a trace's kernels."""
-    out: list[list[float]] = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return [(lo, hi) for lo, hi in out]
-
-
 def busy_idle_figure(spans: dict[str, Sequence[tuple[float, float]]], what: str, batches: int) -> None:
     """One row per loop: its busy intervals (`what`, from a profiler trace) as bars over time, the gaps between
     them idle; each row's busy share of its own span in the label."""
@@ -344,7 +334,7 @@ def busy_idle_figure(spans: dict[str, Sequence[tuple[float, float]]], what: str,
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.9 * len(spans)))
     colors = ("#d62728", "#2ca02c", "#1f77b4")
     for i, (label, raw) in enumerate(spans.items()):
-        busy = union(raw)
+        busy = union_spans(raw)
         if not busy:
             ax.text(0, i, f"{label}: no busy intervals in the trace", va="center", fontsize=9)
             continue
