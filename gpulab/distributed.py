@@ -395,6 +395,24 @@ def launch(target: str, *, nproc: int | None = None, backend: str = "auto", kwar
         raise ValueError(f"timeout_s={timeout_s!r} and pg_timeout_s={pg_timeout_s!r} must be > 0")
     target, _ = resolve_target(target)
     kwargs = dict(kwargs or {})
+    run = _launch_once(target, nproc, backend, kwargs, timeout_s, pg_timeout_s, monitor, env)
+    if backend == "gloo" and native_abort(run):  # a CPU transport that crashed in C++: once more, and say so
+        print(f"{target}: a gloo rank aborted in native code (no Python error); launching it once more")
+        run = _launch_once(target, nproc, backend, kwargs, timeout_s, pg_timeout_s, monitor, env)
+    if check:
+        run.raise_for_failures()
+    return run
+
+
+def native_abort(run: DistributedRun) -> bool:
+    """Whether a launch failed only because a rank died of SIGABRT, with no rank reporting a Python error."""
+    return (not run.ok and not run.timed_out and "SIGABRT" in run.log_tail
+            and all(r.ok or r.error.startswith("no result:") for r in run.ranks))
+
+
+def _launch_once(target: str, nproc: int, backend: str, kwargs: dict[str, Any], timeout_s: float,
+                 pg_timeout_s: float, monitor: bool, env: dict[str, str] | None) -> DistributedRun:
+    """One torchrun launch of `target` (see `launch`)."""
     with tempfile.TemporaryDirectory(prefix="gpulab-ranks-") as tmp:
         out_dir = Path(tmp)
         spec = write_json_atomic(out_dir / "spec.json", {"target": target, "backend": backend, "kwargs": kwargs,
@@ -414,8 +432,6 @@ def launch(target: str, *, nproc: int | None = None, backend: str = "auto", kwar
         run = DistributedRun(target, nproc, backend, cmd, proc.returncode, timed_out, time.perf_counter() - t0,
                              _read_outcomes(out_dir, nproc, timed_out), (log or "")[-6000:],
                              {k: run_env[k] for k in SAFE_ENV})
-    if check:
-        run.raise_for_failures()
     return run
 
 

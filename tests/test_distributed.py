@@ -91,3 +91,16 @@ def test_a_launch_past_its_timeout_is_stopped_not_hung():
     assert all("timeout" in r.error for r in run.ranks)
     for r in run.ranks:  # no rank left behind
         assert r.result is None
+
+
+def test_a_native_gloo_abort_is_told_apart_from_a_python_error():
+    """A rank killed by SIGABRT in C++ (no Python error) is launched once more; a rank's own exception is not."""
+    from gpulab.distributed import DistributedRun, RankOutcome, native_abort
+
+    died = RankOutcome(0, False, error="no result: the rank was stopped (another rank failed, or it crashed before "
+                                        "reporting)")
+    run = DistributedRun("m:f", 2, "gloo", [], 1, False, 1.0, [died, died], "exitcode  : -6 (SIGABRT)")
+    assert native_abort(run)
+    raised = RankOutcome(1, False, error="RuntimeError: rank 1 failed on purpose")
+    assert not native_abort(DistributedRun("m:f", 2, "gloo", [], 1, False, 1.0, [died, raised], "SIGABRT"))
+    assert not native_abort(DistributedRun("m:f", 2, "gloo", [], 1, True, 1.0, [died, died], "SIGABRT"))
