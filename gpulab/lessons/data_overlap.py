@@ -12,7 +12,7 @@ from ..claims import Claim, Estimate, ratio
 from ..dataloading import denormalize, workers
 from ..feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
 from ..text import pct, si
-from ..traces import union_spans
+from ..traces import union_spans as union  # the busy time of a trace, merged
 
 NO_GPU = "needs a CUDA GPU (here the model trains on the same CPU cores the workers use); see the reference run"
 SMOKE_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=False"
@@ -334,7 +334,7 @@ def busy_idle_figure(spans: dict[str, Sequence[tuple[float, float]]], what: str,
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.9 * len(spans)))
     colors = ("#d62728", "#2ca02c", "#1f77b4")
     for i, (label, raw) in enumerate(spans.items()):
-        busy = union_spans(raw)
+        busy = union(raw)
         if not busy:
             ax.text(0, i, f"{label}: no busy intervals in the trace", va="center", fontsize=9)
             continue
