@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results import write_text_atomic
+from .page_layout import add_print_css, fold_parameters
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+(?:\.\d+)?[kM]?/\S+|\[\d\d:\d\d<"
@@ -186,6 +187,7 @@ def export_html(ipynb: Path | str, dest: Path | str | None = None, *,
     nb = nbformat.read(str(ipynb), as_version=4)
     nb.metadata.pop("widgets", None)  # saved widget state: megabytes a static page cannot use
     clean_notebook(nb)
+    fold_parameters(nb)
     if result is None:
         result = find_result(ipynb)
     if result is not None:
@@ -193,7 +195,7 @@ def export_html(ipynb: Path | str, dest: Path | str | None = None, *,
         add_key_results(nb, data)
     compress_images(nb)
     body, _ = HTMLExporter(embed_images=True).from_notebook_node(nb)
-    return write_text_atomic(dest, prune_css(body))
+    return write_text_atomic(dest, add_print_css(prune_css(body)))
 
 
 def _roots() -> list[tuple[str, str]]:
@@ -380,6 +382,7 @@ def key_results_html(data: dict[str, Any]) -> str:
     experiments marked `"headline": true`; where none is, as in older files, the largest optimisation), then
     the claims' verdicts in one line."""
     from ..claims import verdict_tally
+    from .page_layout import headline_figure_html
     from .summary import gain, gains, not_a_speed_run
 
     e = _html.escape
@@ -387,11 +390,13 @@ def key_results_html(data: dict[str, Any]) -> str:
     marked = [x for x in exps if x.get("headline")] or [g[0] for g in gains(data)[:1]]  # none marked: the largest
     items = "".join(headline_html(x, gain(x)) for x in marked)
     caveat = not_a_speed_run(data)
+    figure = "" if caveat else headline_figure_html(marked, [gain(x) for x in marked])
     dev = (data.get("device") or {}).get("name", "unknown device")
     return ("<div class='gpulab-key-results' style='border:1px solid #9ab;border-radius:4px;padding:6px 12px;"
             "margin:8px 0;background:#f5f8fa'>"
             f"<b>Key results</b> of this page's run on {e(dev)}{' (smoke size)' if data.get('smoke') else ''}"
             + (f"<ul style='margin:4px 0'>{items}</ul>" if items else "<br>")
+            + (f"{figure}<br>" if figure else "")
             + (f"<small>{e(caveat)}.</small><br>" if caveat else "")
             + f"{e(verdict_tally(data.get('claims', [])))}.</div>")
 
