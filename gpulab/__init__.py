@@ -31,7 +31,7 @@ _WHERE = {
     "Measurement": "timing", "Speedup": "timing", "benchmark": "timing", "speedup": "timing",
     "StepTracker": "tracker", "read_csv": "tracker", "track": None,
     "StepMemoryProfile": "traces", "TimeBreakdown": "traces", "step_memory": "traces", "time_breakdown": "traces",
-    "check_params": "params",
+    "check_params": "params", "fold": "folding",
     "plots": "display.plots", "widgets": "display.widgets",
 }
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what an editor and a type checker see
     from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
     from .experiment import Comparison, RunResult, before_after, measure
     from .flops import count_flops, mfu
+    from .folding import fold
     from .lesson import ClaimSpec, Lesson, lesson
     from .monitor import Monitor, Trace, watch
     from .params import check_params
@@ -64,7 +65,7 @@ __all__ = [
     "track", "StepTracker", "read_csv",
     "find_max_batch_size", "BatchSizeSearch", "tune_dataloader", "DataLoaderTuning", "CUDAPrefetcher",
     "Claim", "Estimate", "interval_of", "claims_table_html", "Comparison", "RunResult", "before_after", "measure",
-    "NotebookResult", "load_result", "load_reference", "reference_view", "check_params",
+    "NotebookResult", "load_result", "load_reference", "reference_view", "check_params", "fold",
     "plots", "widgets",
 ]
 __version__ = "0.1.0"

@@ -58,3 +58,17 @@ def test_exported_page_prints_with_the_stylesheet_and_folded_parameters(tmp_path
     nbformat.write(nb, str(tmp_path / "01.ipynb"))
     page = html_export.export_html(tmp_path / "01.ipynb", result=make_result().to_dict()).read_text()
     assert "@media print" in page and "<details><summary>Parameters (1;" in page
+
+
+def test_fold_puts_outputs_under_a_summary_and_refuses_an_empty_one():
+    import gpulab as gl
+
+    class Table:
+        def _repr_html_(self):
+            return "<table><tr><td>1</td></tr></table>"
+
+    html = gl.fold(Table(), "<b>raw</b>", summary="the sweep, every size")._repr_html_()
+    assert html.startswith("<details><summary>the sweep, every size</summary><table>") and "<b>raw</b>" in html
+    assert repr(gl.fold(1, summary="x")) == "Folded('x', 1 output)"
+    with pytest.raises(ValueError, match="summary"):
+        gl.fold(1, summary=" ")
