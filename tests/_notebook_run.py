@@ -70,43 +70,6 @@ def check_table_before_try_this(executed: dict, title: str) -> None:
 GUIDE = NOTEBOOKS.parent.parent / "shared" / "guide"
 
 
-def run_edited(name: str, edits: list[tuple[str, str]], tmp_path: Path, parameters: dict | None = None,
-               result: str | None = None) -> tuple[dict, dict]:
-    """Edit a notebook's code as a reader would (each `old` text, found in exactly one code cell, becomes `new`),
-    run it at smoke size with papermill, and return (result JSON, executed notebook). `result`: the result file's
-    stem when the run names it otherwise than `name` (11's RUN_NAME)."""
-    import os
-
-    import pytest
-
-    papermill = pytest.importorskip("papermill")
-    from gpulab.results import load_result
-
-    nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
-    for old, new in edits:
-        hits = [c for c in nb["cells"] if c["cell_type"] == "code" and old in "".join(c["source"])]
-        assert len(hits) == 1, f"{name}: {old!r} is in {len(hits)} code cells, not one"
-        src = "".join(hits[0]["source"]).replace(old, new)
-        hits[0]["source"] = src.splitlines(keepends=True)
-    edited = tmp_path / f"{name}.ipynb"
-    edited.write_text(json.dumps(nb))
-    results = tmp_path / "results"
-    old_env = os.environ.get("GPULAB_RESULTS")
-    os.environ["GPULAB_RESULTS"] = str(results)
-    try:
-        papermill.execute_notebook(str(edited), str(tmp_path / f"{name}.out.ipynb"),
-                                   parameters={"SMOKE": True, **(parameters or {})}, kernel_name="python3",
-                                   cwd=str(NOTEBOOKS), progress_bar=False)
-    finally:
-        if old_env is None:
-            os.environ.pop("GPULAB_RESULTS", None)
-        else:
-            os.environ["GPULAB_RESULTS"] = old_env
-    files = list(results.glob(f"*/{result or name}.json"))
-    assert len(files) == 1, f"{name} wrote no {result or name}.json under {results}"
-    return load_result(files[0]), json.loads((tmp_path / f"{name}.out.ipynb").read_text())
-
-
 def judged(data: dict) -> list[dict]:
     """The claims this run gave a verdict on (confirmed, refuted or inconclusive)."""
     return [c for c in data["claims"] if c["verdict"] in ("confirmed", "refuted", "inconclusive")]

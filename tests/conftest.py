@@ -30,6 +30,9 @@ def _notebooks_only_in_notebook_tests(request, monkeypatch):
         pytest.fail(f"{request.node.nodeid} runs {src} through papermill: mark it @pytest.mark.notebook")
 
     monkeypatch.setattr(papermill, "execute_notebook", unmarked)
+    from _notebook_jobs import JOBS
+
+    monkeypatch.setattr(JOBS, "get", lambda run: unmarked(run.name))
 
 
 @pytest.fixture
@@ -40,40 +43,35 @@ def cpu_device():
     return DeviceInfo(kind="cpu", name="CPU")
 
 
-_SMOKE_RUNS: dict = {}
 # A reader's -p value on top of SMOKE=True, carried by the shared smoke run: it must win over the smoke size and be
 # recorded as given (tests/test_fusion.py checks it). 8 is not 03's smoke TRAIN_BATCH (4).
 SMOKE_OVERRIDES: dict = {"03_fusion": {"TRAIN_BATCH": 8}}
 
 
+def pytest_collection_finish(session):
+    """Start the notebook runs the selected tests will need, in the background, in the order they need them."""
+    from _notebook_jobs import JOBS, planned_runs
+
+    for run in planned_runs(session.items, SMOKE_OVERRIDES):
+        JOBS.submit(run)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from _notebook_jobs import JOBS
+
+    JOBS.shutdown()
+
+
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory):
-    """Run a notebook once per test session in smoke mode; returns (result JSON, executed notebook).
+def smoke_run():
+    """A notebook's smoke run, once per test session; returns (result JSON, executed notebook).
 
-    Every test that asserts on a notebook's output shares this one run, so CI runs each notebook once.
+    Every test that asserts on a notebook's output shares this one run, so CI runs each notebook once; the runs
+    start in the background when the session begins (tests/_notebook_jobs.py).
     """
-    import json
-    from pathlib import Path
-
-    from gpulab.results import load_result
-
-    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
+    from _notebook_jobs import smoke
 
     def run(name: str) -> tuple[dict, dict]:
-        if name not in _SMOKE_RUNS:
-            papermill = pytest.importorskip("papermill")
-            tmp = tmp_path_factory.mktemp(name)
-            out = tmp / f"{name}.ipynb"
-            mp = pytest.MonkeyPatch()
-            mp.setenv("GPULAB_RESULTS", str(tmp / "results"))
-            try:
-                papermill.execute_notebook(str(notebooks / f"{name}.ipynb"), str(out),
-                                           parameters={"SMOKE": True, **SMOKE_OVERRIDES.get(name, {})},
-                                           kernel_name="python3", cwd=str(notebooks), progress_bar=False)
-            finally:
-                mp.undo()
-            files = list((tmp / "results").glob(f"*/{name}.json"))
-            assert len(files) == 1, f"{name} wrote no result JSON under {tmp / 'results'}"
-            _SMOKE_RUNS[name] = (load_result(files[0]), json.loads(out.read_text()))
-        return _SMOKE_RUNS[name]
+        pytest.importorskip("papermill")
+        return smoke(name, SMOKE_OVERRIDES).result()
     return run

@@ -1,6 +1,6 @@
 import json
 
-import psutil
+from _notebook_jobs import live_children
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -37,9 +37,7 @@ def test_tune_dataloader_sweeps_and_picks_the_fastest(tmp_path):
     assert "<table" in res._repr_html_() and "DataLoaderTuning" in repr(res)
     back = DataLoaderTuning.from_dict(json.loads(json.dumps(res.to_dict())))
     assert back == res
-    alive = [p for p in psutil.Process().children(recursive=True) if p.is_running()
-             and p.status() != psutil.STATUS_ZOMBIE]
-    assert alive == []  # workers were shut down
+    assert live_children() == []  # workers were shut down
 
 
 @pytest.mark.parametrize("kwargs, name", [

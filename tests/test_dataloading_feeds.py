@@ -1,5 +1,5 @@
 
-import psutil
+from _notebook_jobs import live_children
 import pytest
 import torch
 
@@ -18,12 +18,11 @@ _EARLIER: set[int] = set()
 def _children_before():
     """Processes other tests left running (a notebook's kernel shutting down) are not this test's workers."""
     _EARLIER.clear()
-    _EARLIER.update(p.pid for p in psutil.Process().children(recursive=True))
+    _EARLIER.update(p.pid for p in live_children())
 
 
 def _no_live_children():
-    return [p for p in psutil.Process().children(recursive=True)
-            if p.pid not in _EARLIER and p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    return [p for p in live_children() if p.pid not in _EARLIER] == []
 
 
 def test_worker_counts_include_half_and_all_cores():

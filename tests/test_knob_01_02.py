@@ -3,7 +3,11 @@ import json
 
 import pytest
 
-from _notebook_run import judged, run_edited
+from _notebook_jobs import edited
+from _notebook_run import judged
+
+MM_FP16 = edited("01_measuring", [('MM_DTYPE = "bf16"', 'MM_DTYPE = "fp16"')])
+LOW_FP16 = edited("02_tensor_cores", [('LOW = "bf16"', 'LOW = "fp16"')])
 
 
 def _all_text(data: dict, executed: dict) -> str:
@@ -15,8 +19,8 @@ def _all_text(data: dict, executed: dict) -> str:
 
 
 @pytest.mark.notebook
-def test_01_matmul_dtype_edit_flows_through(tmp_path):
-    data, executed = run_edited("01_measuring", [('MM_DTYPE = "bf16"', 'MM_DTYPE = "fp16"')], tmp_path)
+def test_01_matmul_dtype_edit_flows_through():
+    data, executed = MM_FP16.result()
     assert data["params"]["MM_DTYPE"] == "fp16"
     peaks = data["extra"]["peaks"]
     assert "fp16" in peaks["tflops"] and "bf16" not in peaks["tflops"] and peaks["search"]["fp16"]
@@ -26,8 +30,8 @@ def test_01_matmul_dtype_edit_flows_through(tmp_path):
 
 
 @pytest.mark.notebook
-def test_02_shape_dtype_edit_flows_through(tmp_path):
-    data, executed = run_edited("02_tensor_cores", [('LOW = "bf16"', 'LOW = "fp16"')], tmp_path)
+def test_02_shape_dtype_edit_flows_through():
+    data, executed = LOW_FP16.result()
     assert data["params"]["LOW"] == "fp16"
     assert data["extra"]["best_shape_as_linear"]["dtype"] == "fp16"
     size = next(e for e in data["experiments"] if e["name"].startswith("matrix size"))

@@ -3,7 +3,11 @@ import json
 
 import pytest
 
-from tests._notebook_run import judged, run_edited
+from _notebook_jobs import edited
+from _notebook_run import judged
+
+REDUCE_OVERHEAD = edited("03_fusion", [('COMPILE_MODE = "default"', 'COMPILE_MODE = "reduce-overhead"')])
+READ_CPU = edited("04_sync_points", [("READ = torch.Tensor.item", "READ = torch.Tensor.cpu")])
 
 
 def _experiment_text(data: dict) -> str:
@@ -11,9 +15,8 @@ def _experiment_text(data: dict) -> str:
 
 
 @pytest.mark.notebook
-def test_03_compile_mode_flows_into_labels_names_and_verdicts(tmp_path):
-    data, executed = run_edited("03_fusion", [('COMPILE_MODE = "default"', 'COMPILE_MODE = "reduce-overhead"')],
-                                tmp_path)
+def test_03_compile_mode_flows_into_labels_names_and_verdicts():
+    data, executed = REDUCE_OVERHEAD.result()
     text = _experiment_text(data)
     assert "torch.compile (mode=reduce-overhead)" in text  # the label of every compiled side
     assert "mode=default" not in text
@@ -25,8 +28,8 @@ def test_03_compile_mode_flows_into_labels_names_and_verdicts(tmp_path):
 
 
 @pytest.mark.notebook
-def test_04_read_call_flows_into_labels_names_and_verdicts(tmp_path):
-    data, executed = run_edited("04_sync_points", [("READ = torch.Tensor.item", "READ = torch.Tensor.cpu")], tmp_path)
+def test_04_read_call_flows_into_labels_names_and_verdicts():
+    data, executed = READ_CPU.result()
     text = _experiment_text(data)
     names = [e["name"] for e in data["experiments"]]
     assert "training loop: two .cpu() per step vs one" in names

@@ -4,9 +4,14 @@ import html
 
 import pytest
 
-from _notebook_run import html_outputs, judged, run_edited
+from _notebook_jobs import edited
+from _notebook_run import html_outputs, judged
 
 pytestmark = pytest.mark.notebook
+
+AMP_FP16 = edited("07_mixed_precision", [("AMP_DTYPE = torch.bfloat16", "AMP_DTYPE = torch.float16")])
+ONE_WORKER = edited("05_data_overlap", [("NUM_WORKERS = min(4, CORES)", "NUM_WORKERS = 1")])
+BIG_BATCH_16 = edited("06_batch_size", [("BIG_BATCH = 64", "BIG_BATCH = 16")])
 
 
 def _this_run_html(executed):
@@ -20,9 +25,8 @@ def _names(data):
     return [e["name"] for e in data["experiments"]]
 
 
-def test_07_autocast_dtype_flows(tmp_path):
-    data, executed = run_edited("07_mixed_precision", [("AMP_DTYPE = torch.bfloat16", "AMP_DTYPE = torch.float16")],
-                                tmp_path)
+def test_07_autocast_dtype_flows():
+    data, executed = AMP_FP16.result()
     names = _names(data)
     assert "training step FP32 -> FP16 autocast" in names
     assert not any("BF16 autocast" in n for n in names)
@@ -37,15 +41,15 @@ def test_07_autocast_dtype_flows(tmp_path):
     assert "BF16 autocast" not in shown and "training step FP32 -> FP16 autocast" in shown
 
 
-def test_05_worker_count_flows(tmp_path):
-    data, executed = run_edited("05_data_overlap", [("NUM_WORKERS = min(4, CORES)", "NUM_WORKERS = 1")], tmp_path)
+def test_05_worker_count_flows():
+    data, executed = ONE_WORKER.result()
     mine = data["extra"]["my_loader"]
     assert mine["num_workers"] == 1 and "num_workers=1" in mine["label"]
     assert "num_workers=1, pin_memory=False" in _this_run_html(executed)
 
 
-def test_06_batch_flows(tmp_path):
-    data, executed = run_edited("06_batch_size", [("BIG_BATCH = 64", "BIG_BATCH = 16")], tmp_path)
+def test_06_batch_flows():
+    data, executed = BIG_BATCH_16.result()
     step = data["extra"]["my_step"]
     assert (step["batch_size"], step["small_batch"], step["label"]) == (16, 2, "batch 2 -> 16")
     assert [e["headline"] for e in data["experiments"] if e["name"] == "batch 2 -> 16"] == [True]

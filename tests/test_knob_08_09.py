@@ -3,12 +3,15 @@ import json
 
 import pytest
 
-from tests._notebook_run import run_edited
+from _notebook_jobs import edited
+
+WORKERS_2 = edited("08_case_study", [("WORKERS = None", "WORKERS = 2")])
+BATCH_12 = edited("09_profiling", [("BATCH = None", "BATCH = 12")])
 
 
 @pytest.mark.notebook
-def test_08_workers_flow_into_the_waterfall(tmp_path):
-    data, _ = run_edited("08_case_study", [("WORKERS = None", "WORKERS = 2")], tmp_path)
+def test_08_workers_flow_into_the_waterfall():
+    data, _ = WORKERS_2.result()
     assert data["params"]["WORKERS"] == 2
     rows = data["extra"]["waterfall"]
     assert any("2 workers" in json.dumps(r) for r in rows)  # the data step's row describes what ran
@@ -20,8 +23,8 @@ def test_08_workers_flow_into_the_waterfall(tmp_path):
 
 
 @pytest.mark.notebook
-def test_09_batch_flows_into_the_fix_comparisons(tmp_path):
-    data, _ = run_edited("09_profiling", [("BATCH = None", "BATCH = 12")], tmp_path)
+def test_09_batch_flows_into_the_fix_comparisons():
+    data, _ = BATCH_12.result()
     assert data["params"]["BATCH"] == 12
     steps = data["params"]["STEPS_PER_CALL"]
     fixes = [e for e in data["experiments"] if e["name"].startswith("fix: ") or e["name"] == "all four fixes"]

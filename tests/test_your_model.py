@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from _notebook_jobs import edited
 from gpulab.params import SCHEMAS
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "11_your_model.ipynb"
@@ -121,6 +122,14 @@ def _model_cell() -> str:
                 "".join(c["source"]))
 
 
+CNN_RUN = edited("11_your_model", [(_model_cell(), CNN_CELL)], {"RUN_NAME": "tinyresnet"},
+                 result="11_your_model-tinyresnet")
+# The reader also drops the finder's cap: on a CPU it refuses, says why, and sections 8, 9 and the save run.
+DROP_CAP = ("gl.find_max_batch_size(step_at, max_batch=MAX_BATCH,", "gl.find_max_batch_size(step_at,")
+HF_RUN = edited("11_your_model", [(_model_cell(), HF_CELL), DROP_CAP], {"RUN_NAME": "gpt2-style"},
+                result="11_your_model-gpt2-style")
+
+
 def _parameters(cell: str, cls: str) -> int:
     import torch
     import torch.nn as nn
@@ -137,17 +146,14 @@ def _no_errors(executed: dict) -> None:
 
 
 @pytest.mark.notebook
-def test_a_batchnorm_cnn_runs_to_the_end_in_its_own_named_result(tmp_path):
-    from _notebook_run import run_edited
-
-    data, executed = run_edited("11_your_model", [(_model_cell(), CNN_CELL)], tmp_path,
-                                parameters={"RUN_NAME": "tinyresnet"}, result="11_your_model-tinyresnet")
+def test_a_batchnorm_cnn_runs_to_the_end_in_its_own_named_result():
+    data, executed = CNN_RUN.result()
     _no_errors(executed)
     assert data["notebook"] == "11_your_model-tinyresnet"
     model = data["extra"]["model"]
     assert model["class"] == "TinyResNet" and model["parameters"] == _parameters(CNN_CELL, "TinyResNet")
     assert model["RUN_NAME"] == "tinyresnet" and model["MODEL"] == "lm"
-    folder = next((tmp_path / "results").iterdir())
+    folder = next(CNN_RUN.results_folder().iterdir())
     assert (folder / "11_your_model-tinyresnet_trace.json.gz").is_file()
     assert (folder / "11_your_model-tinyresnet_tracker.csv").is_file()
     search = data["extra"]["batch_size"]  # BatchNorm cannot train at batch 1: skipped with the reason, then 2, 4, ...
@@ -159,13 +165,9 @@ def test_a_batchnorm_cnn_runs_to_the_end_in_its_own_named_result(tmp_path):
 
 
 @pytest.mark.notebook
-def test_a_hugging_face_style_lm_runs_to_the_end_and_a_failing_tool_does_not_stop_it(tmp_path):
+def test_a_hugging_face_style_lm_runs_to_the_end_and_a_failing_tool_does_not_stop_it():
     """The reader also drops the finder's cap: on a CPU it refuses, says why, and sections 8, 9 and the save run."""
-    from _notebook_run import run_edited
-
-    drop_cap = ("gl.find_max_batch_size(step_at, max_batch=MAX_BATCH,", "gl.find_max_batch_size(step_at,")
-    data, executed = run_edited("11_your_model", [(_model_cell(), HF_CELL), drop_cap], tmp_path,
-                                parameters={"RUN_NAME": "gpt2-style"}, result="11_your_model-gpt2-style")
+    data, executed = HF_RUN.result()
     _no_errors(executed)
     model = data["extra"]["model"]
     assert model["class"] == "TinyGPT2LMHeadModel"
