@@ -1,6 +1,6 @@
 """How an exported page reads and prints: a headline figure for its key results box, the parameters cell folded,
 and a print stylesheet that gives the width of A4 to the lesson (no prompt column, narrow margins, compact
-code and tables, figures at most three quarters wide)."""
+code and tables, figures at most two thirds of the width)."""
 from __future__ import annotations
 
 import base64
@@ -9,14 +9,14 @@ import io
 from typing import Any
 
 PRINT_CSS = """@media print {
-  @page { size: A4; margin: 12mm; }
+  @page { size: A4; margin: 10mm; }
   .jp-InputPrompt, .jp-OutputPrompt { display: none !important; }
   .jp-Cell { padding: 2px 0 !important; }
-  .jp-RenderedHTMLCommon { font-size: 10pt; }
-  .jp-RenderedHTMLCommon table { font-size: 8.5pt; }
-  .jp-InputArea-editor pre, .highlight pre, .jp-OutputArea-output pre { font-size: 8pt !important;
-    line-height: 1.25 !important; }
-  .jp-OutputArea-output img { max-width: 75% !important; height: auto; }
+  .jp-RenderedHTMLCommon { font-size: 9.5pt; }
+  .jp-RenderedHTMLCommon table { font-size: 8pt; }
+  .jp-InputArea-editor pre, .highlight pre, .jp-OutputArea-output pre { font-size: 7.5pt !important;
+    line-height: 1.2 !important; }
+  .jp-OutputArea-output img { max-width: 65% !important; height: auto; }
 }"""
 
 
