@@ -9,6 +9,7 @@ Schema (version 1):
 from __future__ import annotations
 
 import datetime as _dt
+import html
 import json
 import math
 import os
@@ -345,9 +346,14 @@ class ReferenceView:
         speed = speed_difference(recorded_host(self.mine), recorded_host(self.reference))
         hosts = " ".join(filter(None, [host_difference(self.mine["device"], self.reference["device"]),
                                        speed and speed[0].upper() + speed[1:] + "."]))
+        pairs = match_claims(self.reference["claims"], self.mine["claims"])
+        same = sum(r["verdict"] == m["verdict"] for _, r, m in pairs)
+        # Folded: a record to look up, one line on the page (the verdicts above tell this run's story).
         return ((f"<p>{hosts}</p>" if hosts else "")
-                + f"<table><tr><th></th><th>this run: {dev}{' (smoke)' if self.mine['smoke'] else ''}</th>"
-                f"<th>reference: {rdev}</th></tr>{body}</table>")
+                + f"<details class='gpulab-reference'><summary><b>Beside the reference GPU</b> ({html.escape(rdev)}): "
+                f"{same} of {len(pairs)} claims in both runs have the same verdict (the table: click)</summary>"
+                f"<table><tr><th></th><th>this run: {dev}{' (smoke)' if self.mine['smoke'] else ''}</th>"
+                f"<th>reference: {rdev}</th></tr>{body}</table></details>")
 
     def __repr__(self) -> str:
         return "\n".join(f"{a[:60]:<60} {b:<28} {c}" for a, b, c in self.rows())
