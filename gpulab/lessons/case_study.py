@@ -243,15 +243,32 @@ WATERFALL_COLUMNS = [
 
 
 def waterfall_rows(steps: list[Any]) -> list[dict[str, Any]]:
-    """One row per waterfall step: its measurements, its gain over the step before and over the naive loop."""
+    """One row per waterfall step: its measurements, its gain over the step before and over the naive loop, and
+    its change as the PyTorch lines it amounts to (`code`, from the two configurations that ran)."""
+    from ..training.as_code import change_as_code
+
     rows = []
     for i, s in enumerate(steps):
         r = s.row()
         r["step"] = i
         r["gain"] = s.tokens_per_s / steps[i - 1].tokens_per_s if i else None
         r["cumulative"] = s.tokens_per_s / steps[0].tokens_per_s
+        r["code"] = change_as_code(steps[i - 1].config, s.config) if i else []
         rows.append(r)
     return rows
+
+
+def stages_code_html(rows: list[dict[str, Any]]) -> str:
+    """Each waterfall stage beside the PyTorch its change amounts to (the rows of `waterfall_rows`)."""
+    import html
+
+    e = html.escape
+    body = "".join(
+        f"<tr><td style='text-align:left'>{e(r['label'])}</td><td style='text-align:left'>"
+        + ("<br>".join(f"<code>{e(line)}</code>" for line in r["code"]) or "the loop of section 3, as written")
+        + "</td></tr>" for r in rows)
+    return ("<table><tr><th style='text-align:left'>stage</th><th style='text-align:left'>its change, as PyTorch "
+            f"(from the configurations that ran)</th></tr>{body}</table>")
 
 
 def waterfall_figures(steps: list[Any], ref: dict[str, Any] | None, *, matches: bool, device_name: str) -> None:
