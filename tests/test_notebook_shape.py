@@ -32,3 +32,25 @@ def test_every_notebook_ends_with_try_this(name):
     nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
     md = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
     assert "## Try this" in md[-1], f"{name}: the last prose is not a 'Try this' section"
+
+
+def test_no_result_is_built_mid_cell_and_never_shown():
+    """Jupyter shows only a cell's last expression: a table or view built on an earlier line without display() is
+    computed and silently dropped (08's waterfall table and 10's tables once were)."""
+    import ast
+    import json
+    from pathlib import Path
+
+    shown_only_by_display = ("Table", "T.Table", "gl.reference_view", "gl.fold", "gl.claims_table_html", "HTML",
+                             "Markdown")
+    lost = []
+    for path in sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            src = "".join(cell["source"])
+            if cell["cell_type"] != "code" or src.lstrip().startswith("%"):
+                continue
+            for st in ast.parse(src).body[:-1]:
+                if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and \
+                        ast.unparse(st.value.func) in shown_only_by_display:
+                    lost.append(f"{path.name} cell {i}: {ast.unparse(st)[:60]}")
+    assert not lost, lost
