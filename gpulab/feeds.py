@@ -190,7 +190,9 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   before_label: str = "before", after_label: str = "after", rounds: int = 4,
                   flops: float | None = None, dtype: str | None = None, item_name: str = "samples",
                   min_time_s: float | None = None, device: Any = None, profile: bool = False,
-                  kind: str = "optimisation", window_s: float | None = None, progress: bool = True) -> Comparison:
+                  kind: str = "optimisation", window_s: float | None = None, progress: bool = True,
+                  min_rounds: int | None = None, decided: Callable[[Comparison], bool] | None = None,
+                  budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Comparison:
     """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
     `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
     queue, so neither side counts batches its workers loaded while the other side ran. Both loaders stay alive,
@@ -200,9 +202,17 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     `Comparison.estimate()` pairs the windows (drift cancels in each pair's ratio); `Comparison.throughput_ratio()`
     sets the two sides' spreads against each other; neither uses the per-call median. `window_s`: each interleaved
     window's seconds (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of
-    `min_time_s` elsewhere). `progress` shows a bar over the interleaved rounds (gone when they end)."""
+    `min_time_s` elsewhere). `progress` shows a bar over the interleaved rounds (gone when they end).
+
+    Fewer rounds where they already decide: with `min_rounds`, the rounds past it run only if `decided` (asked once,
+    after `min_rounds` rounds, on the comparison so far: two looks in all, not one after every round) says the pairs
+    do not yet settle the question, and only while the interleaved rounds have taken less than `budget_s` seconds
+    (checked after each pair of rounds, so both orders stay balanced). Without `min_rounds`, all `rounds` run."""
     dev = device if hasattr(device, "is_cuda") else get_device()
     _check_int("rounds", rounds, 0)
+    if min_rounds is not None:
+        _check_int("min_rounds", min_rounds, 0)
+    checks.positive_float("budget_s", budget_s, allow_none=True)
     checks.positive_float("window_s", window_s, allow_none=True)
     b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,
                      dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
@@ -213,7 +223,14 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
              id(a): list(a.measurement.meta["data_wait_s_per_batch"])}
     round_s = _feed_window_s(window_s, min_time_s, dev)
     last = (after, a.measurement)  # the side timed last, whose workers now refill its queue
+    t0 = clock()
     for i in tqdm(range(rounds), desc=f"{name}: interleaved windows", leave=False, disable=not progress):
+        if min_rounds is not None and i >= min_rounds:
+            if i == min_rounds and decided is not None and decided(
+                    Comparison(name=name, before=b, after=a, device=dev.name, kind=kind)):
+                break
+            if budget_s is not None and i % 2 == 0 and clock() - t0 >= budget_s:
+                break
         sides = ((before, b), (after, a)) if i % 2 == 0 else ((after, a), (before, b))
         for feed, run in sides:
             if last[0] is not feed:

@@ -167,3 +167,26 @@ def test_compare_feeds_lets_the_other_loader_refill_before_each_window(monkeypat
     # main a | wait | main b | wait | a | wait | b ; b | wait | a: a wait at every switch of side, none between
     # two windows of the same side
     assert len(slept) == 4 and all(0 < s <= feeds.REFILL_MAX_S for s in slept)
+
+
+def test_compare_feeds_stops_early_where_the_pairs_decide_or_the_budget_is_spent():
+    batches = dl.random_image_batches(2, 4, 8)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
+    step = dl.cnn_train_step(model, "cpu")
+    asked, clock = [], FakeClock()
+
+    def rounds_run(tick=False, **early):
+        def now():
+            clock.t += 1.0 if tick else 0.0  # ticking: every reading a second later
+            return clock.t
+        with feeds.Feed(feeds.cycle(batches), step, "cpu") as a, feeds.Feed(feeds.cycle(batches), step, "cpu") as b:
+            cmp = feeds.compare_feeds(a, b, 1, name="same loop twice", items=4, rounds=6, min_time_s=0.01,
+                                      window_s=0.002, clock=now, **early)
+        return len(cmp.before.measurement.windows) - 1  # the interleaved rounds, less the main window
+
+    assert rounds_run() == 6
+    assert rounds_run(min_rounds=2, decided=lambda c: asked.append(c) or True) == 2 and len(asked) == 1
+    assert rounds_run(min_rounds=2, decided=lambda c: False) == 6  # undecided, no budget: all the rounds
+    assert rounds_run(min_rounds=2, decided=lambda c: False, budget_s=1.0) == 6  # a clock that stands still
+    assert rounds_run(tick=True, min_rounds=2, decided=lambda c: False, budget_s=0.5) == 2  # budget spent
+    assert rounds_run(tick=True, min_rounds=2, budget_s=100.0) == 6

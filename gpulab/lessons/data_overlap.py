@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..sweeps import column, trace_estimate
-from ..claims import Claim, Estimate, ratio
+from ..claims import Claim, Estimate, judge, ratio
 from ..dataloading import denormalize, workers
 from ..feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
 from ..text import pct, si
@@ -121,6 +121,14 @@ def worker_scaling(thr: dict[int, float], rates: dict[int, Estimate], cores: int
                 half_cores=max(1, cores // 2), cores=cores, predicted=need, throughput={str(w): v for w, v in thr.items()})
 
 
+def settles(lesson: Any, key: str, estimate: Callable[[Any], Estimate] = lambda cmp: cmp.estimate()
+            ) -> Callable[[Any], bool]:
+    """For `feeds.compare_feeds(decided=...)`: whether the window pairs so far settle claim `key`, their interval
+    (`estimate(cmp)`) wholly inside or wholly outside its band; more pairs are timed only where it does not."""
+    spec = lesson.spec(key)
+    return lambda cmp: judge(estimate(cmp).interval, spec.low, spec.high)[0] != "inconclusive"
+
+
 def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_of_thumb: int,
                   all_over_half: Estimate | None = None, four_over_zero: Estimate | None = None,
                   four_note: str = "") -> list[Claim]:
@@ -223,8 +231,8 @@ def check_data_wait(lesson: Any, wait_b: Estimate, wait_a: Estimate, w_fed: int)
 
 def check_prefetch_factor(lesson: Any, pf_gain: Estimate, w_fed: int) -> Claim:
     """`prefetch_factor=4` against 2 (002), on `feeds.paired_ratio` of the interleaved windows: a 95% t-interval
-    (from 17 pairs in the notebook; from three it is wide, and their range would hold the median only 75% of the
-    time)."""
+    (from 7 pairs in the notebook, more only where those leave it undecided and the time allows; from three it is
+    wide, and their range would hold the median only 75% of the time)."""
     why = why_not(lesson)
     return lesson.untested("prefetch_factor", why) if why else lesson.check(
         "prefetch_factor", pf_gain, f"{workers(w_fed)}; samples over the windows' wall time, 95% t-interval of the "
