@@ -5,16 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from ..dtypes import TORCH_DTYPES
 from ..workloads import pad_vocab_size
 from .config import TrainConfig
-
-_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 
 
 def _autocast(v: str | None, c: TrainConfig) -> str:
     if v is None:
         return "# no torch.autocast: matmuls run in the weights' dtype"
-    return f'with torch.autocast(device_type="cuda", dtype={_DTYPE[v]}): loss = model(x, y)'
+    return f'with torch.autocast(device_type="cuda", dtype={TORCH_DTYPES[v]}): loss = model(x, y)'
 
 
 def _attn(v: str, c: TrainConfig) -> str:
