@@ -7,13 +7,26 @@ import gpulab as gl
 from gpulab.host import launch_range_us, launch_times_us, speed_difference
 
 
-def test_launch_times_name_a_bad_argument(cpu_device):
+def rounds_last(monkeypatch, round_s: float) -> None:
+    """gpulab.host's clock, reading `round_s` later at every call: each round of launches lasts `round_s`, whatever
+    the machine's load."""
+    import itertools
+    import types
+
+    from gpulab import host
+
+    ticks = itertools.count(0.0, round_s)
+    monkeypatch.setattr(host, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+
+
+def test_launch_times_name_a_bad_argument(cpu_device, monkeypatch):
     with pytest.raises(ValueError, match="launches=0"):
         launch_times_us(cpu_device, launches=0)
     with pytest.raises(ValueError, match="rounds=0"):
         launch_times_us(cpu_device, rounds=0)
+    rounds_last(monkeypatch, 0.5)
     times = launch_times_us(cpu_device, launches=50, rounds=2)
-    assert len(times) == 2 and all(0 < t < 1e4 for t in times)  # µs per op, not seconds
+    assert times == pytest.approx([1e4, 1e4])  # 0.5 s over 50 launches: µs per op, not the round's seconds
 
 
 def test_a_lesson_records_its_host_speed_at_start_and_save(cpu_device, tmp_path, monkeypatch):

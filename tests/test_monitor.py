@@ -18,8 +18,8 @@ class FakeNVML:
     c_nvmlGpmMetricsGet_t = pynvml.c_nvmlGpmMetricsGet_t
     NVML_GPM_METRICS_GET_VERSION = pynvml.NVML_GPM_METRICS_GET_VERSION
 
-    def __init__(self, util=97, gpm_supported=True, gpm_values=None):
-        self.util, self.gpm_supported = util, gpm_supported
+    def __init__(self, util=97, gpm_supported=True, gpm_values=None, now=time.time):
+        self.util, self.gpm_supported, self.now = util, gpm_supported, now
         self.gpm_values = gpm_values or {2: 86.9, 3: 12.8, 5: 84.4, 10: 24.1}
         self.handles_asked = []
         self.freed = 0
@@ -32,7 +32,7 @@ class FakeNVML:
         return "handle"
 
     def nvmlDeviceGetSamples(self, handle, sample_type, last_ts):
-        now_us = int(time.time() * 1e6)
+        now_us = int(self.now() * 1e6)
         # one sample from long before the window (must be dropped) and the driver's recent ones
         stamps = [now_us - 60_000_000] + [now_us - k * 166_000 for k in range(3, -1, -1)]
         value = self.util if sample_type == 1 else 40
@@ -67,10 +67,21 @@ class FakeNVML:
         return mg
 
 
-def test_records_buffered_samples_and_gpm_from_fake_nvml():
-    nv = FakeNVML()
-    with Monitor(FAKE_GPU, nvml=nv, poll_s=0.05, gpm_period_s=0.1) as mon:
-        time.sleep(0.35)
+EPOCH = 1_700_000_000.0  # where the window's clock starts on NVML's epoch-based timeline
+
+
+def test_records_buffered_samples_and_gpm_from_fake_nvml(window_clock, monkeypatch):
+    """Six polls 1/16 s apart on the window's clock, made here rather than by the monitor's thread (which a loaded
+    host can hold back), then the closing one: a GPM reading every 1/8 s."""
+    from gpulab import monitor
+
+    monkeypatch.setattr(monitor.time, "time", lambda: EPOCH + window_clock.t)
+    nv = FakeNVML(now=lambda: EPOCH + window_clock.t)
+    with Monitor(FAKE_GPU, nvml=nv, poll_s=3600, gpm_period_s=0.125) as mon:  # its thread waits out the window
+        for _ in range(6):
+            window_clock.t += 0.0625
+            mon._poll(window_clock.t)
+        window_clock.t += 0.0625
     tr = mon.trace
     assert nv.handles_asked == ["GPU-1234"]  # mapped by UUID, not by index
     assert all(v == "ok" for v in tr.available.values()), tr.available
@@ -82,8 +93,8 @@ def test_records_buffered_samples_and_gpm_from_fake_nvml():
     assert tr.mean("power_w") == pytest.approx(550.0)
     assert tr.mean("gpm_tensor_active") == pytest.approx(84.4)
     assert tr.window["gpm_sm_active"] == pytest.approx(86.9)
-    assert len(tr.series["gpm_sm_active"]) >= 2  # a timeline, not just one window
-    assert nv.freed >= 2  # GPM samples are released
+    assert len(tr.series["gpm_sm_active"]) == 3  # a timeline (at 1/8, 2/8 and 3/8 s), not just one window
+    assert nv.freed == 4  # GPM samples are released: the first and one per reading
 
 
 @pytest.fixture
@@ -172,12 +183,18 @@ def test_trace_round_trips_and_monitor_rejects_misuse():
         mon.start()
 
 
-def test_watch_covers_the_requested_window_of_back_to_back_work(cpu_device):
+def test_watch_covers_the_requested_window_of_back_to_back_work(cpu_device, window_clock):
+    """On the window's clock, which only the work advances: a loaded host cannot cut the number of calls."""
     from gpulab.monitor import watch
 
     calls = []
-    trace = watch(lambda: calls.append(1), seconds=0.2, device=cpu_device)
-    assert trace.duration_s >= 0.2 and len(calls) > 10
+
+    def work():
+        calls.append(1)
+        window_clock.t += 2**-6  # 1/64 s a call; powers of two add up exactly
+
+    trace = watch(work, seconds=0.25, device=cpu_device)
+    assert trace.duration_s >= 0.25 and len(calls) == 1 + 16  # a warm-up call, then 0.25 s of back-to-back calls
 
 
 @pytest.mark.parametrize("kwargs", [dict(seconds=0), dict(seconds=float("nan")), dict(sync_every=0)])
