@@ -118,8 +118,23 @@ def test_optimised_config_is_the_case_studys_final_loop():
 
 
 def test_run_bursts_pairs_event_times_with_nvml_samples(monkeypatch):
+    """On a fake clock that the work and the gaps advance (2 ms bursts every 10 ms for 0.6 s): a loaded host can
+    neither stretch a gap nor cut the number of bursts."""
+    import types
+
     import torch
-    from test_monitor import FAKE_GPU, FakeNVML
+    from gpulab import monitor
+    from test_monitor import EPOCH, FAKE_GPU, FakeNVML
+    from test_timing import FakeClock
+
+    clock = FakeClock()
+    clock.t = EPOCH  # NVML's sample times are epoch-based
+
+    def wait(s):
+        clock.t += s
+
+    monkeypatch.setattr(sampling, "time", types.SimpleNamespace(time=clock, sleep=wait))
+    monkeypatch.setattr(monitor, "time", types.SimpleNamespace(time=clock, perf_counter=clock, sleep=wait))
 
     class Event:  # CUDA events that say each burst took 2 ms
         def __init__(self, enable_timing=False):
@@ -137,13 +152,18 @@ def test_run_bursts_pairs_event_times_with_nvml_samples(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     calls = []
-    run = sampling.run_bursts(lambda: calls.append(1), 1e-3, burst_ms=2, gap_ms=8, seconds=0.6, device=FAKE_GPU,
-                        nvml=FakeNVML(util=20))
-    assert len(calls) >= 2 * len(run.busy) and len(run.busy) >= 10  # 2 calls a burst, plus a warm-up call
+
+    def work():
+        calls.append(1)
+        clock.t += 1e-3  # 1 ms of GPU work a call
+
+    run = sampling.run_bursts(work, 1e-3, burst_ms=2, gap_ms=8, seconds=0.6, device=FAKE_GPU,
+                              nvml=FakeNVML(util=20, now=clock))
+    assert len(calls) == 2 * len(run.busy) + 1 and len(run.busy) == pytest.approx(60, abs=1)  # 2 calls a burst
     assert all(e - s == pytest.approx(2e-3) for s, e in run.busy)
     assert run.periods and all(v == 20.0 for _, _, v, _ in run.periods)
     assert all(run.busy[0][0] <= a < b <= run.busy[-1][1] for a, b, _, _ in run.periods)
-    assert 5 < run.true_busy_pct < 40  # 2 ms of every ~10 ms
+    assert run.true_busy_pct == pytest.approx(20, abs=3)  # 2 ms of every 10 ms
 
 
 def test_captured_by_pattern_gives_each_burst_pattern_its_own_ratio():
