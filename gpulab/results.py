@@ -23,7 +23,7 @@ from .claims import match_claims
 from .host import recorded_host, speed_difference
 
 SCHEMA_VERSION = 1
-REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on
+REFERENCE_SLUG = "nvidia-h200"  # the GPU the committed reference numbers were measured on
 REQUIRED_KEYS = ("notebook", "device", "smoke", "experiments", "claims")
 AS_REFERENCE_ENV = "GPULAB_AS_REFERENCE"  # set by `gpulab run --as-reference` for the notebooks it starts
 

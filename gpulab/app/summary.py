@@ -406,7 +406,10 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     import matplotlib
     import matplotlib.pyplot as plt
 
+    from .cpu_reference import default_compare, figure_inputs
+
     results, found_problems = collect(results_dir, expected, exclude)
+    compare, chosen = default_compare(results, compare)  # a CPU run: the reference GPU's numbers beside it
     reference, ref_problems = collect(compare) if compare else ({}, [])
     device = next(iter(results.values()))["device"].get("name", "unknown device") if results else "unknown device"
     smoke = any(d.get("smoke") for d in results.values())
@@ -414,7 +417,7 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     if heading:
         md += [heading, ""]
     if compare:
-        md += [f"Reference: `{compare}`.", ""]
+        md += [chosen or f"Reference: `{compare}`.", ""]
         hosts = {host_difference(d.get("device") or {}, reference[name].get("device") or {})
                  for name, d in results.items() if name in reference} - {None}
         for line in sorted(hosts):
@@ -440,8 +443,8 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     out = Path(out)
     md_path = write_text_atomic(out / "summary.md", "\n".join(md) + "\n")
     with matplotlib.rc_context():
-        fig = summary_figure(results, reference, title=f"What each lesson's optimisation gained on {device} "
-                             "(each notebook's headline, equal work)")
+        fig_results, fig_reference, title = figure_inputs(results, reference, device, not_a_speed_run)
+        fig = summary_figure(fig_results, fig_reference, title=title)
         buf = io.BytesIO()
         fig.savefig(buf, dpi=100, format="png", bbox_inches="tight")
         plt.close(fig)
