@@ -284,6 +284,18 @@ def load_reference(notebook: str, slug: str | None = None) -> dict[str, Any] | N
     return load_result(path)
 
 
+DEFAULT_MODE = " (mode=default)"  # names and labels carry torch.compile's mode; an older run's without it ran this one
+
+
+def named(entries: dict[str, Any], name: str) -> Any:
+    """The entry of a reference run named `name` (an experiment, a bar's label), or None: by the same name, else
+    by the name before the compile mode joined it ("GPT training step: eager vs torch.compile" is the older name of
+    "... (mode=default)", and the other way round), so a renamed comparison still finds its reference."""
+    if name in entries:
+        return entries[name]
+    return entries.get(name.removesuffix(DEFAULT_MODE) if name.endswith(DEFAULT_MODE) else name + DEFAULT_MODE)
+
+
 def comparisons(result: dict[str, Any]) -> list[Comparison]:
     """The experiments of a loaded result as Comparison objects (for plots)."""
     return [Comparison.from_dict(e) for e in result.get("experiments", [])]
