@@ -67,3 +67,22 @@ def test_the_chart_of_a_cpu_run_draws_the_reference_gpus_gains_labelled_so(refer
     assert title.startswith("The reference GPU, NVIDIA H200") and "smoke run" in title
     gpu = {nb: {**d, "smoke": False, "device": {**d["device"], "kind": "cuda"}} for nb, d in results.items()}
     assert figure_inputs(gpu, theirs, "x", summary.not_a_speed_run)[:2] == (gpu, theirs)  # a GPU run: its own bars
+
+
+def test_the_chart_of_a_few_notebooks_keeps_its_legend_off_its_axis_label(reference):
+    """A CPU run of one or two notebooks draws one to three bars: the legend sat on the axis label, and a long name
+    lost its end ("03 GELU: eager vs torch.compile…")."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    theirs, _ = summary.collect(reference)
+    fig = summary.summary_figure({"01_measuring": theirs["01_measuring"]}, title="t")
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    assert not ax.get_legend().get_window_extent(r).overlaps(ax.xaxis.label.get_window_extent(r))
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels and all("…" not in t and t.count("\n") <= 1 for t in labels), labels
+    plt.close(fig)

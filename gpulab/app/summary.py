@@ -342,6 +342,8 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
     from matplotlib.patches import Patch
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+    from .page_layout import wrap_label  # two lines, not one cut short
+
     rows = [(nb, e, est) for nb, d in sorted(results.items()) if not nb.startswith("00_")
             for e, est in headline_gains(d)[:per_notebook]]
     fig, ax = plt.subplots(figsize=(9, 0.42 * max(len(rows), 3) + 1.6))
@@ -386,12 +388,12 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
                                              if lo / 1.3 <= t <= hi * 2.2]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.set_yticks(ys, [_short(f"{nb[:2]} {e['name']}") for nb, e, _ in rows], fontsize=9)
+    ax.set_yticks(ys, [wrap_label(_short(f"{nb[:2]} {e['name']}", 68), 36) for nb, e, _ in rows], fontsize=9)
     ax.set_xlabel("gain: after/before items per second (time ratio when the work is equal), log scale", fontsize=9)
-    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=len(handles),
-              frameon=False)
+    ax.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0), bbox_transform=fig.transFigure,
+              ncol=len(handles), frameon=False)
     ax.grid(axis="x", alpha=0.3, which="both")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1))  # the legend's line under the axis label, any height
     return fig
 
 
