@@ -342,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("summary", help="summary.md and summary.png from a folder of result JSON files")
     p.add_argument("results", type=_folder, help="a folder of result files, e.g. runs/<date-time>/results/<gpu>")
     p.add_argument("--out", type=_folder, help="where summary.md and summary.png go (default: the results folder)")
-    p.add_argument("--compare", type=_folder, help="a reference folder to show beside")
+    p.add_argument("--compare", type=_folder, help="a reference folder to show beside (a CPU-only run's results: "
+                   "the reference GPU's, data/reference/nvidia-h200, without it)")
     p.add_argument("--readme", type=Path, help="also rewrite this README's reference section from the results "
                    "(between <!-- reference-summary --> markers)")
     p.set_defaults(func=_summary)
