@@ -317,11 +317,12 @@ class ReferenceView:
         ref = self.reference or {"experiments": [], "claims": []}
         r_exp = {e["name"]: e for e in ref["experiments"]}
         rows = []
-        names = [e["name"] for e in self.mine["experiments"]] + [n for n in r_exp if n not in
-                                                                  {e["name"] for e in self.mine["experiments"]}]
-        m_exp = {e["name"]: e for e in self.mine["experiments"]}
-        for n in names:
-            rows.append((n, m_exp[n]["verdict"] if n in m_exp else "—", r_exp[n]["verdict"] if n in r_exp else "—"))
+        theirs = {e["name"]: named(r_exp, e["name"]) for e in self.mine["experiments"]}  # an older name too
+        shown = {id(r) for r in theirs.values() if r is not None}
+        for e in self.mine["experiments"]:
+            r = theirs[e["name"]]
+            rows.append((e["name"], e["verdict"], r["verdict"] if r else "—"))
+        rows += [(n, "—", r["verdict"]) for n, r in r_exp.items() if id(r) not in shown]
 
         def fmt(c):
             if not c:

@@ -32,3 +32,17 @@ def test_mfu_and_speedup_bars_of_a_renamed_comparison_show_the_reference():
     fig = plots.mfu(mine, reference=[ref])
     assert "n/a" not in [t.get_text() for t in fig.axes[0].texts]
     plt.close("all")
+
+
+def test_the_reference_view_sets_a_renamed_comparison_on_one_row():
+    from gpulab.results import ReferenceView
+
+    mine = make_result(speedup=2.0).to_dict()
+    ref = copy.deepcopy(mine)
+    mine["experiments"][0]["name"] = "GELU: eager vs torch.compile (mode=default)"
+    ref["experiments"][0].update(name="GELU: eager vs torch.compile", verdict="1.5x faster")
+    rows = [r for r in ReferenceView(mine, ref).rows() if not r[0].startswith("claim:")]
+    assert rows == [("GELU: eager vs torch.compile (mode=default)", mine["experiments"][0]["verdict"], "1.5x faster")]
+    ref["experiments"][0]["name"] = "something else"
+    rows = [r for r in ReferenceView(mine, ref).rows() if not r[0].startswith("claim:")]
+    assert [r[0] for r in rows] == ["GELU: eager vs torch.compile (mode=default)", "something else"]

@@ -22,7 +22,7 @@ from typing import Sequence
 from ..claims import Claim, Estimate, agreement, claim_origin, count_verdicts, fold_claims, match_claims
 from ..device import host_difference
 from ..host import recorded_host, speed_difference
-from ..results import ResultError, load_result, write_text_atomic
+from ..results import ResultError, load_result, named, write_text_atomic
 
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
                "verdict; \"settled without measuring\" holds claims confirmed or refuted by arithmetic, a datasheet "
@@ -213,7 +213,7 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
             row = (f"| {nb} | {name}{' (flagged: ' + flag + ')' if flag else ''} | {_kind(e)} | "
                    f"{ratio} | {verdict} | {mfu[0]} | {mfu[1]} | {util[0]} | {util[1]}")
             if reference:
-                r = refs.get(e["name"])
+                r = named(refs, e["name"])  # by its older name too
                 row += f" | {_ratio_str(gain(r)) if r else '—'}"
             lines.append(row + " |")
     ref_c = " | reference measured | reference verdict" if reference else ""
