@@ -326,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     size.add_argument("--full", action="store_true", help="full sizes even without a CUDA GPU (slow on a CPU)")
     p.add_argument("--out", type=_folder, help="folder for executed notebooks, their results and the summary "
                    "(default runs/<date-time>; never under notebooks/)")
-    p.add_argument("--compare", type=_folder, help="a reference folder, e.g. data/reference/nvidia-h100-80gb-hbm3")
+    p.add_argument("--compare", type=_folder, help="a reference folder, e.g. data/reference/nvidia-h200 (a CPU-only "
+                   "run's summary shows that one, the reference GPU's, without it)")
     p.add_argument("--timeout", type=_timeout, default=None, help="seconds allowed per notebook cell (default: no "
                    "limit)")
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
@@ -341,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("summary", help="summary.md and summary.png from a folder of result JSON files")
     p.add_argument("results", type=_folder, help="a folder of result files, e.g. runs/<date-time>/results/<gpu>")
     p.add_argument("--out", type=_folder, help="where summary.md and summary.png go (default: the results folder)")
-    p.add_argument("--compare", type=_folder, help="a reference folder to show beside")
+    p.add_argument("--compare", type=_folder, help="a reference folder to show beside (a CPU-only run's results: "
+                   "the reference GPU's, data/reference/nvidia-h200, without it)")
     p.add_argument("--readme", type=Path, help="also rewrite this README's reference section from the results "
                    "(between <!-- reference-summary --> markers)")
     p.set_defaults(func=_summary)

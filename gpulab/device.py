@@ -149,7 +149,7 @@ def lookup_peaks(name: str) -> PeakSpec | None:
 
 
 def slugify(name: str) -> str:
-    """A folder-safe name for a device: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    """A folder-safe name for a device: 'NVIDIA H200' -> 'nvidia-h200'."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
 
 
@@ -189,7 +189,7 @@ class DeviceInfo:
 
     @property
     def slug(self) -> str:
-        """The device's name as a folder name (results go under it), e.g. nvidia-h100-80gb-hbm3."""
+        """The device's name as a folder name (results go under it), e.g. nvidia-h200."""
         return slugify(self.name) if self.is_cuda else "cpu"
 
     @property

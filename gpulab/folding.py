@@ -28,7 +28,7 @@ class Folded:
         self.summary, self.objs = summary, objs
 
     def _repr_html_(self) -> str:
-        return (f"<details><summary>{_html.escape(self.summary)}</summary>"
+        return (f"<details class='gpulab-fold'><summary>{_html.escape(self.summary)}</summary>"
                 + "".join(_html_of(o) for o in self.objs) + "</details>")
 
     def __repr__(self) -> str:

@@ -23,7 +23,7 @@ from .claims import match_claims
 from .host import recorded_host, speed_difference
 
 SCHEMA_VERSION = 1
-REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on
+REFERENCE_SLUG = "nvidia-h200"  # the GPU the committed reference numbers were measured on
 REQUIRED_KEYS = ("notebook", "device", "smoke", "experiments", "claims")
 AS_REFERENCE_ENV = "GPULAB_AS_REFERENCE"  # set by `gpulab run --as-reference` for the notebooks it starts
 
@@ -284,6 +284,18 @@ def load_reference(notebook: str, slug: str | None = None) -> dict[str, Any] | N
     return load_result(path)
 
 
+DEFAULT_MODE = " (mode=default)"  # names and labels carry torch.compile's mode; an older run's without it ran this one
+
+
+def named(entries: dict[str, Any], name: str) -> Any:
+    """The entry of a reference run named `name` (an experiment, a bar's label), or None: by the same name, else
+    by the name before the compile mode joined it ("GPT training step: eager vs torch.compile" is the older name of
+    "... (mode=default)", and the other way round), so a renamed comparison still finds its reference."""
+    if name in entries:
+        return entries[name]
+    return entries.get(name.removesuffix(DEFAULT_MODE) if name.endswith(DEFAULT_MODE) else name + DEFAULT_MODE)
+
+
 def comparisons(result: dict[str, Any]) -> list[Comparison]:
     """The experiments of a loaded result as Comparison objects (for plots)."""
     return [Comparison.from_dict(e) for e in result.get("experiments", [])]
@@ -305,11 +317,12 @@ class ReferenceView:
         ref = self.reference or {"experiments": [], "claims": []}
         r_exp = {e["name"]: e for e in ref["experiments"]}
         rows = []
-        names = [e["name"] for e in self.mine["experiments"]] + [n for n in r_exp if n not in
-                                                                  {e["name"] for e in self.mine["experiments"]}]
-        m_exp = {e["name"]: e for e in self.mine["experiments"]}
-        for n in names:
-            rows.append((n, m_exp[n]["verdict"] if n in m_exp else "—", r_exp[n]["verdict"] if n in r_exp else "—"))
+        theirs = {e["name"]: named(r_exp, e["name"]) for e in self.mine["experiments"]}  # an older name too
+        shown = {id(r) for r in theirs.values() if r is not None}
+        for e in self.mine["experiments"]:
+            r = theirs[e["name"]]
+            rows.append((e["name"], e["verdict"], r["verdict"] if r else "—"))
+        rows += [(n, "—", r["verdict"]) for n, r in r_exp.items() if id(r) not in shown]
 
         def fmt(c):
             if not c:

@@ -6,12 +6,21 @@ import pytest
 from gpulab.results import AS_REFERENCE_ENV, REFERENCE_SLUG, NotebookResult, load_reference, reference_view
 
 
-def test_a_reference_run_loads_no_older_reference_of_its_own_gpu(monkeypatch):
+def test_a_reference_run_loads_no_older_reference_of_its_own_gpu(monkeypatch, tmp_path):
+    import shutil
+
+    from gpulab.results import reference_dir
+
     assert load_reference("01_measuring") is not None  # committed
+    committed = reference_dir() / "01_measuring.json"
+    for slug in (REFERENCE_SLUG, "nvidia-a100-sxm4-80gb"):
+        (tmp_path / "reference" / slug).mkdir(parents=True)
+        shutil.copy(committed, tmp_path / "reference" / slug / committed.name)
+    monkeypatch.setenv("GPULAB_DATA", str(tmp_path))
     monkeypatch.setenv(AS_REFERENCE_ENV, "1")
     assert load_reference("01_measuring") is None
     assert load_reference("01_measuring", slug=REFERENCE_SLUG) is None
-    assert load_reference("01_measuring", slug="nvidia-h200") is not None  # another GPU's folder is still there
+    assert load_reference("01_measuring", slug="nvidia-a100-sxm4-80gb") is not None  # another GPU's folder: shown
 
 
 def test_the_reference_view_of_a_reference_run_says_so(monkeypatch):
@@ -27,6 +36,6 @@ def test_as_reference_is_refused_off_the_reference_gpu_and_at_smoke_sizes(tmp_pa
 
     with pytest.raises(ValueError, match="as_reference=True needs full sizes"):
         run_course(["01"], smoke=True, out=tmp_path / "r", as_reference=True)
-    with pytest.raises(ValueError, match="runs only on the reference GPU"):  # this machine is not an H100
+    with pytest.raises(ValueError, match="runs only on the reference GPU"):  # this machine is not an H200
         run_course(["01"], smoke=False, out=tmp_path / "r", as_reference=True)
     assert not (tmp_path / "r").exists()  # refused before any work

@@ -253,7 +253,7 @@ def test_not_comparable_rows_that_repeat_one_measurement_fold_into_one_and_are_n
     assert all(k in page for k in ("08.sys0", "08.sys2", "08.u1", "02.mfu_0")) and "none measured" in page
 
 
-@pytest.mark.parametrize("gpu", ["nvidia-h100-80gb-hbm3"])
+@pytest.mark.parametrize("gpu", ["nvidia-h200"])
 def test_the_reference_s_not_comparable_rows_fold_to_at_most_30_and_12_in_08(gpu):
     import json
     from pathlib import Path

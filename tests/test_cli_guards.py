@@ -30,7 +30,7 @@ def fake_papermill(monkeypatch):
 
 
 def test_out_inside_the_reference_folder_or_notebooks_is_refused(capsys):
-    for out in (course.REFERENCE_DIR / "nvidia-h100-80gb-hbm3", course.NOTEBOOK_DIR / "x"):
+    for out in (course.REFERENCE_DIR / "nvidia-h200", course.NOTEBOOK_DIR / "x"):
         assert main(["run", "01", "--smoke", "--out", str(out)]) == 2
         assert "--out" in capsys.readouterr().err
 

@@ -125,7 +125,7 @@ def test_readme_reference_section_matches_the_committed_reference_run(monkeypatc
     start, end = course.README_MARKERS
     section = (root / "README.md").read_text().split(start)[1].split(end)[0].strip()
     monkeypatch.chdir(root)  # the section names the folder as the README links it: relative to the repository
-    assert section == course.reference_section("data/reference/nvidia-h100-80gb-hbm3").strip(), \
+    assert section == course.reference_section("data/reference/nvidia-h200").strip(), \
         "README out of date: python -m gpulab summary data/reference/<gpu> --readme README.md"
 
 
@@ -133,7 +133,7 @@ def test_update_readme_needs_one_marker_pair(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\nno markers\n")
     with pytest.raises(ValueError, match="reference-summary"):
-        course.update_readme(readme, "data/reference/nvidia-h100-80gb-hbm3")
+        course.update_readme(readme, "data/reference/nvidia-h200")
     assert readme.read_text() == "# x\n\nno markers\n"  # untouched
 
 

@@ -255,7 +255,7 @@ def test_paired_ratio_is_a_95_percent_interval_even_from_three_window_pairs():
         new_hits += new.lo <= 1.0 <= new.hi
         assert new.value == pytest.approx(old.value) and new.lo <= old.lo and new.hi >= old.hi
     assert old_hits / trials < 0.85 and new_hits / trials > 0.92
-    # The H100 reference run's three pairs (1.17, 1.04, 1.01): range [1.01, 1.17] decided nothing by a hair against
+    # An earlier H100 run's three pairs (1.17, 1.04, 1.01): range [1.01, 1.17] decided nothing by a hair against
     # the 5% bar; a 95% interval from three pairs is about [0.88, 1.30].
     est = feeds.paired_ratio(_paired([1.17, 1.04, 1.01]))
     assert est.lo == pytest.approx(0.884, abs=0.01) and est.hi == pytest.approx(1.297, abs=0.01)

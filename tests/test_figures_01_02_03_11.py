@@ -1,4 +1,4 @@
-"""Figures of notebooks 01, 02, 03 and 11, drawn on the CPU from the committed H100 reference results: legends
+"""Figures of notebooks 01, 02, 03 and 11, drawn on the CPU from the committed reference results: legends
 that name every colour, labels that fit, one colour per dtype, no curve of 1-3 points, values above error bars."""
 import json
 from pathlib import Path
@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from gpulab.display import plots  # noqa: E402
 from gpulab.results import comparisons  # noqa: E402
 
-REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "nvidia-h100-80gb-hbm3"
+REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "nvidia-h200"
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +107,7 @@ def test_03_modes_figure_leaves_out_what_has_no_compile():
     plt.show = lambda *a, **k: figs.append(plt.gcf())
     F3.modes_figure(_cmp(ref, F3.INFER_NAME), ref["extra"]["modes"], ref, "t")
     labels = [t.get_text() for t in figs[0].axes[1].get_xticklabels()]
-    assert "eager" not in labels and "CUDA graph" not in labels and "max-autotune" in labels
+    assert "eager" not in labels and "CUDA graph" not in labels and any(t.startswith("max-autotune") for t in labels)
     assert "1 kernel generated" in repr(F3.FirstCall(seconds=0.5, kernels=1))
 
 

@@ -1,4 +1,4 @@
-"""What the H100 pages of 01-05 showed on a second look, drawn on the CPU from the committed reference results:
+"""What the pages of 01-05 showed on a second look, drawn on the CPU from the committed reference results:
 no legend entry or empty slot for a reference GPU that is not there, eager in 03's eager colour, values and
 headlines at three significant figures, the roofline's ridge line named, one unit for a bandwidth."""
 import json
@@ -14,7 +14,7 @@ from gpulab.display import plots  # noqa: E402
 from gpulab.results import comparisons  # noqa: E402
 from gpulab.text import pct, sig  # noqa: E402
 
-REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "nvidia-h100-80gb-hbm3"
+REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "nvidia-h200"
 
 
 @pytest.fixture

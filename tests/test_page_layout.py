@@ -1,9 +1,11 @@
 """A page's layout: the headline figure of its key results box, the folded parameters cell, the print stylesheet."""
 import base64
+import copy
 import re
 
 import nbformat
 import pytest
+from matplotlib.text import Text
 
 from gpulab.app import html_export, page_layout
 from gpulab.app.summary import gain
@@ -68,7 +70,63 @@ def test_fold_puts_outputs_under_a_summary_and_refuses_an_empty_one():
             return "<table><tr><td>1</td></tr></table>"
 
     html = gl.fold(Table(), "<b>raw</b>", summary="the sweep, every size")._repr_html_()
-    assert html.startswith("<details><summary>the sweep, every size</summary><table>") and "<b>raw</b>" in html
+    assert html.startswith("<details class='gpulab-fold'><summary>the sweep, every size</summary><table>")
+    assert "<b>raw</b>" in html
     assert repr(gl.fold(1, summary="x")) == "Folded('x', 1 output)"
     with pytest.raises(ValueError, match="summary"):
         gl.fold(1, summary=" ")
+
+
+def test_a_time_per_call_prints_in_ms_not_as_a_milli_of_a_millisecond():
+    assert page_layout.value_text(0.2, "time per call (ms)") == "0.200 ms"
+    assert page_layout.value_text(77.6, "time per call (ms)") == "77.6 ms"
+    assert page_layout.value_text(2.27e6, "tokens/s") == "2.27 M"
+
+
+def test_long_labels_wrap_at_spaces():
+    assert page_layout.wrap_label("torch.compile (mode=default)") == "torch.compile\n(mode=default)"
+    assert page_layout.wrap_label("eager") == "eager"
+    assert all(len(line) <= 26 for line in page_layout.wrap_label("max-autotune-no-cudagraphs mode").split("\n"))
+
+
+def test_headline_figure_keeps_titles_labels_and_values_inside_and_apart():
+    """03's page: the row titles sat on the panels' titles, "torch.compile (mode=default)" lost its left edge and
+    the axis read "1e11"; 01's read "200 m" for 0.2 ms."""
+    e = make_result(speedup=2.5).to_dict()["experiments"][0]
+    e["before"]["label"], e["after"]["label"] = "eager", "torch.compile (mode=default)"
+    e["name"] = "GPT training step: eager vs torch.compile (mode=default)"
+    t = copy.deepcopy(e)
+    t["before"]["summary"] = {"median_ms": 77.6}
+    t["after"]["summary"] = {"median_ms": 0.2}
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = page_layout.headline_figure([e, t], [gain(e), gain(t)])
+    FigureCanvasAgg(fig).draw()
+    r = fig.canvas.get_renderer()
+    box = fig.bbox
+    texts = [x for x in fig.findobj(Text) if x.get_visible() and x.get_text().strip()]
+    for x in texts:
+        b = x.get_window_extent(r)
+        assert b.x0 >= box.x0 - 1 and b.x1 <= box.x1 + 1 and b.y0 >= box.y0 - 1 and b.y1 <= box.y1 + 1, x.get_text()
+    titles = [x.get_window_extent(r) for x in texts if x.get_text().startswith(("GPT training", "bf16"))]
+    panels = [x.get_window_extent(r) for x in texts if x.get_text() in ("MFU (%)", "time per call (ms)")]
+    assert titles and panels and not any(a.overlaps(b) for a in titles for b in panels)
+    shown = {x.get_text().strip() for x in texts}
+    assert "0.200 ms" in shown and "77.6 ms" in shown and not any(s.endswith(" m") for s in shown)
+    assert not any("1e" in s for s in shown)  # no axis offset text
+
+
+def test_the_print_stylesheet_wraps_code_and_says_where_a_folded_table_is():
+    """On A4, 152 code lines ran off the right edge, and "(the full table: click)" led nowhere on paper."""
+    import gpulab as gl
+    from gpulab.claims import Claim
+    from gpulab.verdicts import claims_table_html
+
+    folded = gl.fold("<table><tr><td>1</td></tr></table>", summary="every size")._repr_html_()
+    claims = claims_table_html([Claim("x", low=1, unit="x", key="01.x").check(2.0)])
+    page = page_layout.add_print_css(f"<html><head></head><body>{folded}{claims}</body></html>")
+    css = page.split("</head>")[0].split("@media print")[1]
+    assert "white-space: pre-wrap" in css and "overflow-wrap: anywhere" in css  # no code line runs off the page
+    for cls in ("gpulab-fold", "gpulab-claims", "gpulab-reference"):
+        assert f"details.{cls}:not([open]) > summary::after" in css and "HTML" in page_layout.PRINT_NOTES[cls]
+        assert cls == "gpulab-reference" or f"<details class='{cls}'>" in page  # the classes the notes select

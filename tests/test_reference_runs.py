@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 REFERENCE = Path(__file__).resolve().parent.parent / "data" / "reference"
-H100 = REFERENCE / "nvidia-h100-80gb-hbm3"
+H200 = REFERENCE / "nvidia-h200"
 
 
 def claims(folder: Path) -> list[tuple[str, dict]]:
@@ -26,12 +26,19 @@ def test_a_decided_claim_with_a_spread_does_not_touch_its_band(folder):
                 assert edge is None or not lo_hi[0] <= edge <= lo_hi[1], (nb, c["text"], lo_hi, edge)
 
 
-def test_the_h100_reference_holds_every_notebook_of_one_gpu():
-    names = {p.stem for p in H100.glob("[0-9][0-9]_*.json")}
+def test_the_h200_reference_holds_every_notebook_of_one_gpu():
+    names = {p.stem for p in H200.glob("[0-9][0-9]_*.json")}
     assert {f"{i:02d}" for i in range(10)} <= {n[:2] for n in names}
-    for p in H100.glob("[0-9][0-9]_*.json"):
+    for p in H200.glob("[0-9][0-9]_*.json"):
         data = json.loads(p.read_text())
-        assert data["smoke"] is False and data["device"]["name"] == "NVIDIA H100 80GB HBM3", p.name
+        assert data["smoke"] is False and data["device"]["name"] == "NVIDIA H200", p.name
+
+
+def test_the_reference_gpu_is_the_h200():
+    """One reference GPU: the pages, the summary's default and the README all read the H200's folder."""
+    from gpulab.results import REFERENCE_SLUG, reference_dir
+
+    assert REFERENCE_SLUG == H200.name and reference_dir() == H200 and H200.is_dir()
 
 
 @pytest.mark.parametrize("folder", sorted(p for p in REFERENCE.iterdir() if p.is_dir()), ids=lambda p: p.name)

@@ -133,7 +133,7 @@ def check_reference_dir(compare: Path | str | None, name: str = "--compare") -> 
         return None
     compare = Path(compare).expanduser()
     if not compare.exists():
-        raise ValueError(f"{name} {compare}: no such folder (e.g. data/reference/nvidia-h100-80gb-hbm3)")
+        raise ValueError(f"{name} {compare}: no such folder (e.g. data/reference/nvidia-h200)")
     if not compare.is_dir():
         raise ValueError(f"{name} {compare} is a file; give the folder of a reference run")
     if not any(compare.glob("[0-9][0-9]_*.json")):

@@ -1,6 +1,7 @@
 """How an exported page reads and prints: a headline figure for its key results box, the parameters cell folded,
 and a print stylesheet that gives the width of A4 to the lesson (no prompt column, narrow margins, compact
-code and tables, figures at most two thirds of the width)."""
+code and tables, code wrapped at the page's edge, figures at most two thirds of the width, a note where a
+folded table is to be read)."""
 from __future__ import annotations
 
 import base64
@@ -8,16 +9,29 @@ import html as _html
 import io
 from typing import Any
 
+# Code wraps at the page's edge instead of running off it; at 7 pt it takes no more pages than it did cut at 7.5
+# (the H200 pages of 01 and 03: 11 A4 pages either way, 12 wrapped at 7.5 pt).
+# What a folded table says on paper, where nothing opens: where to read it. Printed open, the claims table
+# alone added two A4 pages to a page (01: 12 -> 14) and the reference table one: past the 12 a page may take.
+PRINT_NOTES = {
+    "gpulab-claims": "on paper: every claim and its verdict are in this page's HTML and the run's summary.md",
+    "gpulab-reference": "on paper: in this page's HTML, and in the run's summary.md with --compare",
+    "gpulab-fold": "on paper: in this page's HTML",
+}
+
 PRINT_CSS = """@media print {
   @page { size: A4; margin: 10mm; }
   .jp-InputPrompt, .jp-OutputPrompt { display: none !important; }
   .jp-Cell { padding: 2px 0 !important; }
   .jp-RenderedHTMLCommon { font-size: 9.5pt; }
   .jp-RenderedHTMLCommon table { font-size: 8pt; }
-  .jp-InputArea-editor pre, .highlight pre, .jp-OutputArea-output pre { font-size: 7.5pt !important;
-    line-height: 1.2 !important; }
+  .jp-InputArea-editor pre, .highlight pre, .jp-OutputArea-output pre { font-size: 7pt !important;
+    line-height: 1.15 !important; }
+  pre, .highlight pre, .jp-OutputArea-output pre { white-space: pre-wrap !important;
+    overflow-wrap: anywhere !important; }
   .jp-OutputArea-output img { max-width: 65% !important; height: auto; }
-}"""
+""" + "".join(f"  details.{c}:not([open]) > summary::after {{ content: \" ({note})\"; font-style: italic; }}\n"
+              for c, note in PRINT_NOTES.items()) + "}"
 
 
 def add_print_css(page: str) -> str:
@@ -50,10 +64,29 @@ def _metric(side: dict) -> tuple[str, float] | None:
     return None
 
 
-def headline_figure_png(experiments: list[dict[str, Any]], gains: list[Any]) -> bytes | None:
-    """A small figure of the headline experiments, one row each: what moved (throughput or time per call) and
-    the MFU where both sides have one, before vs after, titled with the ratio and its interval. None when no
-    experiment has numbers on both sides."""
+def value_text(value: float, what: str) -> str:
+    """A bar's value in its own unit: a time per call in ms ("0.200 ms", never "200 m" of a millisecond), a
+    throughput with an SI prefix ("2.27 M")."""
+    from ..text import si, sig
+
+    return f"{sig(value)} ms" if what.endswith("(ms)") else si(value)
+
+
+def wrap_label(text: str, width: int = 18) -> str:
+    """A tick label on lines of at most about `width` characters, broken at spaces (a longer word stays whole):
+    "torch.compile (mode=default)" -> "torch.compile\n(mode=default)", so no label runs off the figure's edge."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) or text
+
+
+def headline_figure(experiments: list[dict[str, Any]], gains: list[Any]):
+    """A small figure (a matplotlib Figure) of the headline experiments, one row each: what moved (throughput or
+    time per call) and the MFU where both sides have one, before vs after, titled with the ratio and its interval.
+    None when no experiment has numbers on both sides. Each row is a subfigure under its own title, laid out by
+    matplotlib's constrained layout: titles, wrapped labels and values never overlap or leave the figure."""
+    import textwrap
+
     rows = []
     for e, g in zip(experiments, gains):
         b, a = ((e.get(s) or {}).get("summary") or {} for s in ("before", "after"))
@@ -66,37 +99,36 @@ def headline_figure_png(experiments: list[dict[str, Any]], gains: list[Any]) -> 
         return None
     from matplotlib.figure import Figure  # not pyplot: drawn off-screen, never shown in the kernel
 
-    from ..text import si
-
-    fig = Figure(figsize=(7.5, 1.35 * len(rows)), dpi=110)
-    axes = fig.subplots(len(rows), 2, squeeze=False)
-    for (e, g, b, a, what, vals, mfu), (ax_m, ax_u) in zip(rows, axes):
-        labels = [b.get("label") or "before", a.get("label") or "after"]
+    fig = Figure(figsize=(7.5, 1.5 * len(rows)), dpi=110, layout="constrained")
+    for (e, g, b, a, what, vals, mfu), sub in zip(rows, fig.subfigures(len(rows), 1, squeeze=False)[:, 0]):
+        lo, hi = sorted((g.lo, g.hi))
+        title = f"{e.get('name', '')}: {e.get('verdict') or f'{g.value:.3g}x'} (interval {lo:.3g}x-{hi:.3g}x)"
+        sub.suptitle("\n".join(textwrap.wrap(title, 95)), fontsize=8, weight="bold", x=0.01, ha="left")
+        ax_m, ax_u = sub.subplots(1, 2, width_ratios=(3, 2))
+        labels = [wrap_label(b.get("label") or "before"), wrap_label(a.get("label") or "after")]
         colors = ["#b0b0b0", "#2b7bba"]
-        ax_m.barh([1, 0], vals, color=colors)
-        ax_m.set_yticks([1, 0], labels, fontsize=8)
-        ax_m.set_title(what, fontsize=8, loc="left")
-        for y, v in zip([1, 0], vals):
-            ax_m.text(v, y, f" {si(v)}", va="center", fontsize=7)
-        ax_m.set_xlim(0, max(vals) * 1.3)
+        panels = [(ax_m, what, vals, lambda v: value_text(v, what))]
         if mfu:
-            ax_u.barh([1, 0], [100 * m for m in mfu], color=colors)
-            ax_u.set_yticks([1, 0], ["", ""])
-            ax_u.set_title("MFU (%)", fontsize=8, loc="left")
-            for y, m in zip([1, 0], mfu):
-                ax_u.text(100 * m, y, f" {100 * m:.3g}%", va="center", fontsize=7)
-            ax_u.set_xlim(0, max(100 * m for m in mfu) * 1.3 or 1)
+            panels.append((ax_u, "MFU (%)", [100 * m for m in mfu], lambda v: f"{v:.3g}%"))
         else:
             ax_u.set_axis_off()
-        lo, hi = sorted((g.lo, g.hi))
-        fig.text(0.01, ax_m.get_position().y1 + 0.02 / len(rows),
-                 f"{e.get('name', '')}: {e.get('verdict') or f'{g.value:.3g}x'} (interval {lo:.3g}x-{hi:.3g}x)",
-                 fontsize=8, weight="bold")
-        for ax in (ax_m, ax_u):
-            ax.tick_params(axis="x", labelsize=7)
+        for ax, name, vs, fmt in panels:
+            ax.barh([1, 0], vs, color=colors)
+            ax.set_yticks([1, 0], labels if ax is ax_m else ["", ""], fontsize=8)
+            ax.set_title(name, fontsize=8, loc="left")
+            for y, v in zip([1, 0], vs):
+                ax.text(v, y, f" {fmt(v)}", va="center", fontsize=7)
+            ax.set_xlim(0, max(vs) * 1.35 or 1)
+            ax.set_xticks([])  # each bar carries its value: no axis numbers (nor an offset such as "1e11")
             ax.spines[["top", "right"]].set_visible(False)
-    fig.subplots_adjust(left=0.22, right=0.98, top=1 - 0.32 / len(rows), bottom=0.18 / len(rows),
-                        hspace=0.9, wspace=0.12)
+    return fig
+
+
+def headline_figure_png(experiments: list[dict[str, Any]], gains: list[Any]) -> bytes | None:
+    """`headline_figure` as PNG bytes (None when there is nothing to draw)."""
+    fig = headline_figure(experiments, gains)
+    if fig is None:
+        return None
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()

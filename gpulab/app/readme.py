@@ -32,7 +32,7 @@ def check_reference_results(results: dict[str, dict], folder: Path | str) -> Non
 def reference_section(folder: Path | str) -> str:
     """Markdown for the README: one row per notebook with a link to its executed page, its headline on the
     reference GPU (the experiment the lesson marks, with its 95% interval) and its verdicts on the guide's claims;
-    then the self-check's peaks. Everything comes from the result JSON in `folder` (a committed reference run)."""
+    then the run's summary figure and the self-check's peaks. Everything comes from the result JSON in `folder` (a committed reference run)."""
     folder = Path(folder)
     results, _ = collect(folder)
     check_reference_results(results, folder)
@@ -51,6 +51,9 @@ def reference_section(folder: Path | str) -> str:
         n = count_verdicts(data["claims"], origin="guide")
         md.append(f"| {name} | {head} | {n['confirmed']} / {n['refuted_higher'] + n['refuted_lower']} / "
                   f"{n['inconclusive']} |")
+    if (folder / "summary.png").is_file():  # the run's own figure of the same headlines, under its table
+        md += ["", f"![Each notebook's headline gain on the {dev['name']}, with its 95% interval, log scale]"
+               f"({where}/summary.png)"]
     peaks = ((results.get("00_device") or {}).get("extra", {}).get("measured_peaks") or {})
     if peaks.get("tflops"):
         tflops = ", ".join(f"{k.upper()} {v:,.0f}" for k, v in peaks["tflops"].items())

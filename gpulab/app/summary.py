@@ -22,7 +22,7 @@ from typing import Sequence
 from ..claims import Claim, Estimate, agreement, claim_origin, count_verdicts, fold_claims, match_claims
 from ..device import host_difference
 from ..host import recorded_host, speed_difference
-from ..results import ResultError, load_result, write_text_atomic
+from ..results import ResultError, load_result, named, write_text_atomic
 
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
                "verdict; \"settled without measuring\" holds claims confirmed or refuted by arithmetic, a datasheet "
@@ -213,7 +213,7 @@ def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None =
             row = (f"| {nb} | {name}{' (flagged: ' + flag + ')' if flag else ''} | {_kind(e)} | "
                    f"{ratio} | {verdict} | {mfu[0]} | {mfu[1]} | {util[0]} | {util[1]}")
             if reference:
-                r = refs.get(e["name"])
+                r = named(refs, e["name"])  # by its older name too
                 row += f" | {_ratio_str(gain(r)) if r else '—'}"
             lines.append(row + " |")
     ref_c = " | reference measured | reference verdict" if reference else ""
@@ -342,6 +342,8 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
     from matplotlib.patches import Patch
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+    from .page_layout import wrap_label  # two lines, not one cut short
+
     rows = [(nb, e, est) for nb, d in sorted(results.items()) if not nb.startswith("00_")
             for e, est in headline_gains(d)[:per_notebook]]
     fig, ax = plt.subplots(figsize=(9, 0.42 * max(len(rows), 3) + 1.6))
@@ -386,12 +388,12 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
                                              if lo / 1.3 <= t <= hi * 2.2]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.set_yticks(ys, [_short(f"{nb[:2]} {e['name']}") for nb, e, _ in rows], fontsize=9)
+    ax.set_yticks(ys, [wrap_label(_short(f"{nb[:2]} {e['name']}", 68), 36) for nb, e, _ in rows], fontsize=9)
     ax.set_xlabel("gain: after/before items per second (time ratio when the work is equal), log scale", fontsize=9)
-    ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=len(handles),
-              frameon=False)
+    ax.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 0), bbox_transform=fig.transFigure,
+              ncol=len(handles), frameon=False)
     ax.grid(axis="x", alpha=0.3, which="both")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1))  # the legend's line under the axis label, any height
     return fig
 
 
@@ -406,7 +408,10 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     import matplotlib
     import matplotlib.pyplot as plt
 
+    from .cpu_reference import default_compare, figure_inputs
+
     results, found_problems = collect(results_dir, expected, exclude)
+    compare, chosen = default_compare(results, compare)  # a CPU run: the reference GPU's numbers beside it
     reference, ref_problems = collect(compare) if compare else ({}, [])
     device = next(iter(results.values()))["device"].get("name", "unknown device") if results else "unknown device"
     smoke = any(d.get("smoke") for d in results.values())
@@ -414,7 +419,7 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     if heading:
         md += [heading, ""]
     if compare:
-        md += [f"Reference: `{compare}`.", ""]
+        md += [chosen or f"Reference: `{compare}`.", ""]
         hosts = {host_difference(d.get("device") or {}, reference[name].get("device") or {})
                  for name, d in results.items() if name in reference} - {None}
         for line in sorted(hosts):
@@ -440,8 +445,8 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     out = Path(out)
     md_path = write_text_atomic(out / "summary.md", "\n".join(md) + "\n")
     with matplotlib.rc_context():
-        fig = summary_figure(results, reference, title=f"What each lesson's optimisation gained on {device} "
-                             "(each notebook's headline, equal work)")
+        fig_results, fig_reference, title = figure_inputs(results, reference, device, not_a_speed_run)
+        fig = summary_figure(fig_results, fig_reference, title=title)
         buf = io.BytesIO()
         fig.savefig(buf, dpi=100, format="png", bbox_inches="tight")
         plt.close(fig)

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 
 from ..experiment import Comparison
 from ..monitor import METRICS, Trace
+from ..results import named
 from ..text import ratio, si, si_count, sig
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
@@ -196,7 +197,7 @@ def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", ref
             if (run.label, run.flops, run.items) in seen:
                 continue  # the same side, already drawn
             seen.add((run.label, run.flops, run.items))
-            r = getattr(rs.get(c.name), side, None) if rs is not None else None
+            r = getattr(named(rs, c.name), side, None) if rs is not None else None
             entries.append((run.label, c.name, ours, None if r is None or r.mfu is None else r.mfu * 100, color))
     names = [e[0] for e in entries]
     labels = [e[0] if names.count(e[0]) == 1 or len(cs) == 1 else f"{e[1]}: {e[0]}" for e in entries]
@@ -221,7 +222,7 @@ def speedups(*comparisons: Comparison | dict, title: str = "speedup (before time
     ref_vals = None
     if reference is not None:
         rs = {r.name: r for r in (_cmp(c) for c in reference)}
-        ref_vals = [rs[c.name].speedup if c.name in rs else None for c in cs]
+        ref_vals = [None if named(rs, c.name) is None else named(rs, c.name).speedup for c in cs]
     labels = [c.name + ("\n(within noise)" if c.within_noise else "") for c in cs]
     ests = [c.estimate() for c in cs]
     fig = bars(labels, vals, ylabel="speedup (x)", title=title, fmt=ratio, ref=ref_vals,

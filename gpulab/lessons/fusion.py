@@ -275,6 +275,7 @@ def bandwidth_figure(bandwidth: dict[str, float], ref: dict[str, Any] | None) ->
     import matplotlib.pyplot as plt
 
     from ..display import plots
+    from ..results import named
 
     useful = {k: v for k, v in bandwidth.items() if k not in ("eager_actual_traffic", "copy")}
     ref_bw = (ref or {}).get("extra", {}).get("gelu_bandwidth_gbs")
@@ -283,7 +284,7 @@ def bandwidth_figure(bandwidth: dict[str, float], ref: dict[str, Any] | None) ->
     fig = plots.bars(labels, [tb(v) for v in useful.values()] + [tb(bandwidth["eager_actual_traffic"])],
                      ylabel="TB/s", title="GELU: useful bytes / time, against the copy ceiling", fmt=_Sig(),
                      colors=[plots.BEFORE] + [plots.AFTER] * (len(useful) - 1) + ["#b8b8b8"],
-                     ref=[tb(ref_bw.get(k)) for k in useful] + [tb(ref_bw.get("eager_actual_traffic"))] if ref_bw
+                     ref=[tb(named(ref_bw, k)) for k in useful] + [tb(ref_bw.get("eager_actual_traffic"))] if ref_bw
                      else None)
     from matplotlib.patches import Patch
 
