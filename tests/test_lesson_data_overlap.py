@@ -139,6 +139,21 @@ def test_the_conditional_rules_are_tested_only_where_their_condition_holds(gpu_l
     assert u.note == "needs 8 cores and NVML utilization at 4 workers"
 
 
+def test_the_cpu_rule_note_agrees_with_the_readings_it_gives(gpu_lesson):
+    """Above 90% at some count: never "the condition never holds"; it decreases to the next count that ran."""
+    util = [(0, _run(100.0)), (2, _run(300.0, cpu=60.0)), (3, _run(330.0, cpu=97.4)), (6, _run(340.0, cpu=99.0))]
+    rates, rows = L.utilization_rows(util)
+    c = L.check_rule_cpu(gpu_lesson, rows, rates)  # half of 3 is 1, not swept: the next smaller count, 2
+    assert c.measured == pytest.approx(300 / 330) and "3 workers: host CPU 97.4%" in c.note and "to 2 workers" in c.note
+    first = [(0, _run(100.0)), (1, _run(300.0, cpu=97.4))]
+    rates, rows = L.utilization_rows(first)
+    c = L.check_rule_cpu(gpu_lesson, rows, rates)
+    assert c.verdict == "not tested" and "holds at 1 worker (host CPU 97.4%)" in c.note and "never" not in c.note
+    calm = [(0, _run(100.0)), (4, _run(300.0, cpu=85.0))]
+    rates, rows = L.utilization_rows(calm)
+    assert "host CPU at most 85.0%" in L.check_rule_cpu(gpu_lesson, rows, rates).note
+
+
 def test_gpu_claims_on_the_fed_loops_pinned_memory_and_the_prefetcher(gpu_lesson):
     cmp_feed = SimpleNamespace(before=_run(100.0, nvml=30.0, busy=0.3), after=_run(500.0, nvml=90.0))
     saw = L.check_sawtooth(gpu_lesson, cmp_feed)

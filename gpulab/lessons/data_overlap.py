@@ -193,19 +193,30 @@ def check_rules(lesson: Any, util: Sequence[tuple[int, Any]], util_rows: Sequenc
         util_claim = lesson.check("rule_util", ratio(rates.get(8), rates.get(4)),
                                   f"NVML at 4 workers {pct(u4.value, 1)} [{pct(u4.lo, 1)}, {pct(u4.hi, 1)}]",
                                   measurement="utilization_by_workers")
-    busy = [r for r in util_rows if r["num_workers"] > 0 and (r["cpu_percent"] or 0) > 90]
+    return [util_claim, check_rule_cpu(lesson, util_rows, rates)]
+
+
+def check_rule_cpu(lesson: Any, util_rows: Sequence[dict[str, Any]], rates: dict[int, Estimate]) -> Claim:
+    """"If CPU usage >90%, decrease num_workers": at the first worker count whose host CPU reads above 90%, the
+    throughput of the next smaller count the sweep ran (half of it, where it ran) over its own. The note says which
+    of the condition or a smaller count is missing, with the reading that decided it."""
+    why = why_not(lesson)
     if why:
-        cpu_claim = lesson.untested("rule_cpu", why)
-    elif not busy or busy[0]["num_workers"] // 2 not in rates:
-        top = max((r["cpu_percent"] or 0) for r in util_rows)
-        cpu_claim = lesson.untested("rule_cpu", f"the rule's condition never holds here: host CPU at most "
-                                                f"{pct(top, 1)} over the worker counts swept")
-    else:
-        w90 = busy[0]["num_workers"]
-        cpu_claim = lesson.check("rule_cpu", ratio(rates.get(w90 // 2), rates.get(w90)),
-                                 f"{workers(w90)}: host CPU {pct(busy[0]['cpu_percent'], 1)}",
-                                 measurement="utilization_by_workers")
-    return [util_claim, cpu_claim]
+        return lesson.untested("rule_cpu", why)
+    busy = [r for r in util_rows if r["num_workers"] > 0 and (r["cpu_percent"] or 0) > 90]
+    if not busy:
+        top = max((r["cpu_percent"] or 0) for r in util_rows) if util_rows else 0
+        return lesson.untested("rule_cpu", f"the rule's condition never holds here: host CPU at most {pct(top, 1)} "
+                                           "over the worker counts swept, never above 90%")
+    w90, cpu = busy[0]["num_workers"], pct(busy[0]["cpu_percent"], 1)
+    fewer = [w for w in rates if 0 < w < w90]
+    if not fewer or w90 not in rates:
+        return lesson.untested("rule_cpu", f"the condition holds at {workers(w90)} (host CPU {cpu}), but the sweep "
+                                           "ran no smaller count with workers to decrease to")
+    w_less = w90 // 2 if w90 // 2 in fewer else max(fewer)
+    return lesson.check("rule_cpu", ratio(rates.get(w_less), rates.get(w90)),
+                        f"{workers(w90)}: host CPU {cpu}, the first count above 90%; decreased to {workers(w_less)}",
+                        measurement="utilization_by_workers")
 
 
 def check_sawtooth(lesson: Any, cmp_feed: Any) -> Claim:
