@@ -437,8 +437,9 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     slows both sides of a pair alike instead of one.
     `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches). `progress` shows a
     bar over the interleaved rounds (gone when they end).
-    MFU uses one yardstick for both sides: when the two dtypes differ (FP32 -> BF16), both sides are measured
-    against the after side's peak (or `peak_dtype`'s), so the MFU rises with the speedup; the table says which.
+    MFU: each side against its own dtype's peak (FP32 against FP32's, TF32 against TF32's): one peak for both
+    would put the slower dtype's side against a peak it cannot reach (FP32 at 76% of its own read 10% of TF32's).
+    `peak_dtype` measures both sides against that one dtype's peak, where the text says why; the table says which.
     With unequal work per call (`after_items`), the headline is the items/s ratio, not the time per call.
     """
     if not name:
@@ -458,8 +459,6 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)
     a_dtype = after_dtype or dtype
-    if peak_dtype is None and a_dtype is not None and (dtype and check_dtype(dtype)) != check_dtype(a_dtype):
-        peak_dtype = a_dtype  # two dtypes: both sides against the after side's peak
     b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, peak_dtype=peak_dtype, **common)
     a = measure(after, label=after_label, flops=flops if after_flops is None else after_flops,
                 dtype=a_dtype, items=items if after_items is None else after_items, peak_dtype=peak_dtype, **common)
