@@ -42,7 +42,7 @@ CLAIMS = [
     dict(key="fp8_h100", text="FP8: H100 only (other GPU models with FP8 tensor cores)",
          quote="FP8: H100 only", low=0, high=0, unit="models", source="guide §2.1",
          evidence="datasheet"),
-    dict(key="tensor_80", text="Tensor Core active: target 80%+ of peak sustained (a big matmul)", low=80, unit="%",
+    dict(key="tensor_80", text="Tensor Core active: target 80%+ of peak sustained (a training step)", low=80, unit="%",
          quote="Target: 80%+ of peak sustained active", source="guide §2.3", needs=("cuda",)),
     dict(key="tensor_50", text="Tensor Core active below 50% indicates underutilization (small matrices)", low=0,
          high=50, unit="%", quote="<50% indicates underutilization (small matrices, poor batching)",
