@@ -205,6 +205,18 @@ def with_repeats(est: Estimate, repeats: Any) -> Estimate:
     return Estimate(est.value, min(est.lo, *vals), max(est.hi, *vals))
 
 
+def undecided_why(interval: tuple[float, float], low: float | None, high: float | None) -> str:
+    """Why an interval that holds a band's edge leaves the claim undecided, and whether more rounds could help:
+    an interval wider than the band itself can refute the claim but never confirm it."""
+    lo, hi = interval
+    if low is not None and high is not None and hi - lo > high - low:
+        return (f"cannot decide here because the interval ({hi - lo:.3g} wide) is wider than the band ({high - low:.3g}"
+                " wide): this measurement's spread can refute the claim, never confirm it")
+    edge = low if low is not None and lo < low <= hi else high
+    return (f"undecided: the interval [{lo:.4g}, {hi:.4g}] holds the band's edge {edge:g}; a narrower one (more "
+            "rounds) could decide")
+
+
 def interval_of(x: Any) -> tuple[float, float] | None:
     """(lo, hi) of a measurement, comparison, speedup or estimate; None when there is none."""
     e = estimate_of(x)
@@ -321,6 +333,8 @@ class Claim:
         self.measured, self.interval = est.value, est.interval
         self.verdict, self.side = judge(est.interval, self.low, self.high)
         self.note, self.measurement = note, measurement
+        if self.verdict == "inconclusive":
+            self.note = "; ".join(x for x in (note, undecided_why(est.interval, self.low, self.high)) if x)
         return self
 
     def not_comparable(self, proxy: Any = None, reason: str = "", *, measurement: str | None = None) -> Claim:

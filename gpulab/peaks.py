@@ -217,8 +217,8 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
     L2 eviction; the fastest shape runs until its rate stops climbing (at most 6 s on a GPU: a cold GPU read 4%
     low without it), then the `top` fastest shapes (3) are timed again in `rounds` interleaved rounds (5 of
     `round_s`). The peak is the best shape's median round; `interval` keeps its rounds' min and max, `search` every
-    shape's rate. On a CPU: a few tiny shapes. Cached per device in this process and, inside `gpulab run` (GPULAB_RUN_ID set),
-    in a file shared by every notebook.
+    shape's rate. On a CPU: a few tiny shapes. Cached per device in this process and, inside `gpulab run`
+    (GPULAB_RUN_ID set), in a file shared by every notebook.
     """
     device = device or get_device()
     if isinstance(dtypes, str):

@@ -286,7 +286,8 @@ def test_the_paired_worker_claims_keep_their_pairs():
     assert 'decided=M.settles(lesson, \\"past_half\\", feeds.paired_ratio)' in cells
     assert 'decided=M.settles(lesson, \\"four_vs_zero\\")' in cells and "batches_per_call=1, **PAIR" in cells
     assert 'decided=M.settles(lesson, \\"prefetch_factor\\", feeds.paired_ratio)' in cells
-    assert "rounds=12 if lesson.gpu else 2, pair_interval=\\\"t\\\"))" in cells and "rounds=16 if lesson.gpu else 2), headline=True)" in cells
+    assert "rounds=12 if lesson.gpu else 2, pair_interval=\\\"t\\\"))" in cells
+    assert "rounds=16 if lesson.gpu else 2), headline=True)" in cells
     assert "all_over_half = feeds.paired_ratio(cmp_workers)" in cells and "pf_gain = feeds.paired_ratio(cmp_pf)" in cells
     assert "t-interval" in L.PAIRED
 

@@ -181,7 +181,9 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
     util812 = None if nv is None else nv.map(lambda x: (x - 1) * 100)
     how812 = "sweep points, NVML samples' quartiles"
     if util_gain_8_12 is not None:
-        util812, how812 = util_gain_8_12, "median of the interleaved rounds' gains, order-statistic interval"
+        util812 = util_gain_8_12
+        how812 = (f"median of the interleaved rounds' gains at {paired_seq_len or sw.seq_len} tokens, order-statistic "
+                  "interval")
     m8, m64 = g(8, "peak_mem_gb"), g(64, "peak_mem_gb")
     return [
         _judge(lesson, u, "util_8_64", rise, (8, 64),
