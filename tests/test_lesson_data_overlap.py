@@ -139,6 +139,21 @@ def test_the_conditional_rules_are_tested_only_where_their_condition_holds(gpu_l
     assert u.note == "needs 8 cores and NVML utilization at 4 workers"
 
 
+def test_sixteen_workers_and_8_workers_at_prefetch_4_are_read_as_the_guide_states_them(gpu_lesson):
+    """C16: twice the cores' workers / the cores', paired (3.0 s -> 3.2 s on 8 cores: below 1x); C17: the host CPU
+    of 8 workers at prefetch_factor 4, the fed pair's factor-4 side, beside 002's 60-80%."""
+    util = _util({0: 100.0, 4: 400.0, 8: 440.0}, cpu=70.0)
+    rates, rows = L.utilization_rows(util)
+    rest = L.record_the_rest(gpu_lesson, rows, rates, Estimate(2.0, 1.9, 2.1), 8, 64,
+                             twice_over_all=Estimate(0.93, 0.90, 0.96), cores=16, pf4_cpu=75.5, pf_workers=8)
+    by = {c.key.split(".")[-1]: c for c in rest}
+    assert by["sixteen_workers"].verdict == "confirmed" and "32 workers on 16 cores / 16 workers" in \
+        by["sixteen_workers"].note
+    assert by["cpu_usage"].measured == 75.5 and "with 8 workers, prefetch_factor 4" in by["cpu_usage"].note
+    none_ran = L.record_the_rest(gpu_lesson, rows, rates, Estimate(2.0, 1.9, 2.1), 8, 64)
+    assert [c.verdict for c in none_ran if c.key.endswith("sixteen_workers")] == ["not tested"]
+
+
 def test_the_cpu_rule_note_agrees_with_the_readings_it_gives(gpu_lesson):
     """Above 90% at some count: never "the condition never holds"; it decreases to the next count that ran."""
     util = [(0, _run(100.0)), (2, _run(300.0, cpu=60.0)), (3, _run(330.0, cpu=97.4)), (6, _run(340.0, cpu=99.0))]
