@@ -161,6 +161,21 @@ def median_interval(values: list[float], confidence: float = 0.95,
     return (lo, hi) if include is None else (min(lo, include), max(hi, include))
 
 
+def log_t_interval(ratios: list[float], confidence: float = 0.95,
+                   include: float | None = None) -> tuple[float, float]:
+    """A Student-t `confidence` interval of the ratios' geometric mean (of their mean log), for a few paired
+    ratios: from three pairs the order statistics' interval is their range, which holds the median only 75% of the
+    time. `include` widens it to hold that value (the pooled ratio it is the interval of)."""
+    logs = [math.log(r) for r in ratios]
+    if len(logs) < 2:
+        raise ValueError(f"a t-interval needs at least two ratios, got {len(logs)}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence!r} must be between 0 and 1")
+    half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    lo, hi = math.exp(statistics.fmean(logs) - half), math.exp(statistics.fmean(logs) + half)
+    return (lo, hi) if include is None else (min(lo, include), max(hi, include))
+
+
 def t_quantile(p: float, df: int) -> float:
     """The `p` quantile (p >= 0.5) of Student's t with `df` degrees of freedom: bisection on its CDF, the density
     integrated by Simpson's rule (4.303 for p = 0.975 and df = 2; 1.960 as df grows)."""
@@ -188,6 +203,18 @@ def with_repeats(est: Estimate, repeats: Any) -> Estimate:
     if not vals:
         return est
     return Estimate(est.value, min(est.lo, *vals), max(est.hi, *vals))
+
+
+def undecided_why(interval: tuple[float, float], low: float | None, high: float | None) -> str:
+    """Why an interval that holds a band's edge leaves the claim undecided, and whether more rounds could help:
+    an interval wider than the band itself can refute the claim but never confirm it."""
+    lo, hi = interval
+    if low is not None and high is not None and hi - lo > high - low:
+        return (f"cannot decide here because the interval ({hi - lo:.3g} wide) is wider than the band ({high - low:.3g}"
+                " wide): this measurement's spread can refute the claim, never confirm it")
+    edge = low if low is not None and lo < low <= hi else high
+    return (f"undecided: the interval [{lo:.4g}, {hi:.4g}] holds the band's edge {edge:g}; a narrower one (more "
+            "rounds) could decide")
 
 
 def interval_of(x: Any) -> tuple[float, float] | None:
@@ -306,6 +333,8 @@ class Claim:
         self.measured, self.interval = est.value, est.interval
         self.verdict, self.side = judge(est.interval, self.low, self.high)
         self.note, self.measurement = note, measurement
+        if self.verdict == "inconclusive":
+            self.note = "; ".join(x for x in (note, undecided_why(est.interval, self.low, self.high)) if x)
         return self
 
     def not_comparable(self, proxy: Any = None, reason: str = "", *, measurement: str | None = None) -> Claim:

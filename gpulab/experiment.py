@@ -8,7 +8,7 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from . import checks
-from .claims import Claim, Estimate, as_number, median_interval
+from .claims import Claim, Estimate, as_number, log_t_interval, median_interval
 from .text import pct, ratio as _ratio, si
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
@@ -134,18 +134,22 @@ def window_pair_ratios(before: RunResult, after: RunResult) -> list[float]:
     return [b / a for b, a in zip(wb, wa)]
 
 
-def pipeline_speed(before: RunResult, after: RunResult) -> Speedup | None:
+def pipeline_speed(before: RunResult, after: RunResult, interval: str = "median") -> Speedup | None:
     """Speedup of two pipelines from their windows' wall time per call, paired window by window.
 
     The interval is a 95% confidence interval for the median of the per-window ratios (their whole range up to
-    8 windows; windows are paired in order: the first windows, then each interleaved round); "within noise"
-    when that interval contains 1.
+    8 windows; windows are paired in order: the first windows, then each interleaved round), or with
+    `interval="t"` the Student-t one of their mean log ratio (`claims.log_t_interval`: honest from a few pairs);
+    "within noise" when that interval contains 1.
     """
     pairs = window_pair_ratios(before, after)
     if not pairs:
         return None
     ratio = before.seconds / after.seconds
-    lo, hi = median_interval(pairs, include=ratio)  # 95% CI of the median pair ratio
+    if interval == "t" and len(pairs) >= 2:
+        lo, hi = log_t_interval(pairs, include=ratio)
+    else:
+        lo, hi = median_interval(pairs, include=ratio)  # 95% CI of the median pair ratio
     noisy = (hi - lo) > 0.2 * ratio
     within = lo <= 1.0 <= hi
     return Speedup(before.label, after.label, ratio, within, lo, hi, noisy=noisy and not within)
@@ -161,17 +165,21 @@ class Comparison:
     device: str = ""
     notes: list[str] = field(default_factory=list)
     kind: str = "optimisation"  # or "demonstration": a contrast that teaches, not a change to adopt
+    pair_interval: str = "median"  # a pipeline's window pairs: "median" (order statistics) or "t" (mean log ratio)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"kind={self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.pair_interval not in ("median", "t"):
+            raise ValueError(f"pair_interval={self.pair_interval!r}; allowed: median, t")
         self._speed: Speedup | None = None
 
     @property
     def speed(self) -> Speedup:
         """The Speedup of after over before (computed once)."""
         if self._speed is None:  # the measurements are values: compare once
-            self._speed = (pipeline_speed(self.before, self.after) if self.before.pipeline and self.after.pipeline
+            self._speed = (pipeline_speed(self.before, self.after, self.pair_interval)
+                           if self.before.pipeline and self.after.pipeline
                            else None) or speedup(self.before.measurement, self.after.measurement)
         return self._speed
 
@@ -277,14 +285,16 @@ class Comparison:
         return {"name": self.name, "kind": self.kind, "before": self.before.to_dict(), "after": self.after.to_dict(),
                 "speedup": self.speedup, "speedup_interval": [est.lo, est.hi], "within_noise": self.within_noise,
                 "noisy": self.noisy, "verdict": self.verdict, "device": self.device, "notes": self.notes,
-                "ratio": h.value, "ratio_interval": [h.lo, h.hi], "ratio_basis": self.basis}
+                "ratio": h.value, "ratio_interval": [h.lo, h.hi], "ratio_basis": self.basis,
+                "pair_interval": self.pair_interval}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Comparison:
         """A Comparison from `to_dict`'s dict."""
         return cls(name=d["name"], before=RunResult.from_dict(d["before"]), after=RunResult.from_dict(d["after"]),
                    device=d.get("device", ""), notes=d.get("notes", []),
-                   kind=d.get("kind", "optimisation") if d.get("kind", "optimisation") in KINDS else "optimisation")
+                   kind=d.get("kind", "optimisation") if d.get("kind", "optimisation") in KINDS else "optimisation",
+                   pair_interval="t" if d.get("pair_interval") == "t" else "median")
 
     def mfu_label(self) -> str:
         """The MFU row's name, saying which peak both sides are measured against."""
@@ -427,8 +437,9 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     slows both sides of a pair alike instead of one.
     `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches). `progress` shows a
     bar over the interleaved rounds (gone when they end).
-    MFU uses one yardstick for both sides: when the two dtypes differ (FP32 -> BF16), both sides are measured
-    against the after side's peak (or `peak_dtype`'s), so the MFU rises with the speedup; the table says which.
+    MFU: each side against its own dtype's peak (FP32 against FP32's, TF32 against TF32's): one peak for both
+    would put the slower dtype's side against a peak it cannot reach (FP32 at 76% of its own read 10% of TF32's).
+    `peak_dtype` measures both sides against that one dtype's peak, where the text says why; the table says which.
     With unequal work per call (`after_items`), the headline is the items/s ratio, not the time per call.
     """
     if not name:
@@ -448,8 +459,6 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)
     a_dtype = after_dtype or dtype
-    if peak_dtype is None and a_dtype is not None and (dtype and check_dtype(dtype)) != check_dtype(a_dtype):
-        peak_dtype = a_dtype  # two dtypes: both sides against the after side's peak
     b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, peak_dtype=peak_dtype, **common)
     a = measure(after, label=after_label, flops=flops if after_flops is None else after_flops,
                 dtype=a_dtype, items=items if after_items is None else after_items, peak_dtype=peak_dtype, **common)

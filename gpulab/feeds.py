@@ -9,7 +9,6 @@ two worker counts, `utilization_by_workers` every worker count of a sweep.
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -18,7 +17,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from . import checks
-from .claims import Estimate, t_quantile
+from .claims import Estimate, log_t_interval
 from .dataloading import CUDAPrefetcher, _check_int, _shutdown, endless_loader, to_device, workers
 from .device import as_torch_device, get_device
 from .experiment import Comparison, RunResult, default_min_time, measure, window_pair_ratios
@@ -192,7 +191,8 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   min_time_s: float | None = None, device: Any = None, profile: bool = False,
                   kind: str = "optimisation", window_s: float | None = None, progress: bool = True,
                   min_rounds: int | None = None, decided: Callable[[Comparison], bool] | None = None,
-                  budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Comparison:
+                  budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
+                  pair_interval: str = "median") -> Comparison:
     """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
     `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
     queue, so neither side counts batches its workers loaded while the other side ran. Both loaders stay alive,
@@ -207,7 +207,9 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     Fewer rounds where they already decide: with `min_rounds`, the rounds past it run only if `decided` (asked once,
     after `min_rounds` rounds, on the comparison so far: two looks in all, not one after every round) says the pairs
     do not yet settle the question, and only while the interleaved rounds have taken less than `budget_s` seconds
-    (checked after each pair of rounds, so both orders stay balanced). Without `min_rounds`, all `rounds` run."""
+    (checked after each pair of rounds, so both orders stay balanced). Without `min_rounds`, all `rounds` run.
+    `pair_interval`: the interval of the window pairs the comparison's verdict stands on (`Comparison`): "t" where
+    a claim on the pair is judged on `paired_ratio`, so that its header and the claim say the same."""
     dev = device if hasattr(device, "is_cuda") else get_device()
     _check_int("rounds", rounds, 0)
     if min_rounds is not None:
@@ -227,7 +229,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     for i in tqdm(range(rounds), desc=f"{name}: interleaved windows", leave=False, disable=not progress):
         if min_rounds is not None and i >= min_rounds:
             if i == min_rounds and decided is not None and decided(
-                    Comparison(name=name, before=b, after=a, device=dev.name, kind=kind)):
+                    Comparison(name=name, before=b, after=a, device=dev.name, kind=kind, pair_interval=pair_interval)):
                 break
             if budget_s is not None and i % 2 == 0 and clock() - t0 >= budget_s:
                 break
@@ -241,7 +243,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
             last = (feed, extra)
     for run in (b, a):
         run.measurement.meta["data_wait_s_per_batch"] = waits[id(run)]
-    return Comparison(name=name, before=b, after=a, device=dev.name, kind=kind)
+    return Comparison(name=name, before=b, after=a, device=dev.name, kind=kind, pair_interval=pair_interval)
 
 
 _sleep = time.sleep  # replaced in tests
@@ -291,14 +293,11 @@ def paired_ratio(cmp: Comparison, confidence: float = 0.95) -> Estimate:
     reach 95%: with fewer it is the range of the pairs, which holds the median with probability 1 - 2/2^n (75% for
     three pairs), so three pairs that happen to agree decide a claim they cannot settle. From a few pairs an honest
     95% interval is wide (for three pairs the mean log ratio +- 4.30 standard errors); this is that interval."""
-    logs = [math.log(r) for r in window_pair_ratios(cmp.before, cmp.after)]
-    if len(logs) < 2:
-        raise ValueError(f"{cmp.name!r}: a t-interval needs at least two window pairs, got {len(logs)}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence={confidence!r} must be between 0 and 1")
-    half = t_quantile(0.5 + confidence / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    mean, value = statistics.fmean(logs), cmp.estimate().value
-    return Estimate(value, min(value, math.exp(mean - half)), max(value, math.exp(mean + half)))
+    pairs = window_pair_ratios(cmp.before, cmp.after)
+    if len(pairs) < 2:
+        raise ValueError(f"{cmp.name!r}: a t-interval needs at least two window pairs, got {len(pairs)}")
+    value = cmp.estimate().value
+    return Estimate(value, *log_t_interval(pairs, confidence, include=value))
 
 
 def data_wait(run: RunResult) -> Estimate | None:

@@ -214,10 +214,11 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
 
     Per dtype, as mamf-finder does: `warm_s` of load (3 s on a GPU), then M from `m_step` to 5·`size` at
     N = K = `size` (4096 and 256 on a GPU: mamf-finder's quick range) plus (2·size)³, each call timed alone after an
-    L2 eviction; the `top` fastest shapes (3) are timed again in `rounds` interleaved rounds (5 of `round_s`). The
-    peak is the best shape's median round; `interval` keeps its rounds' min and max, `search` every shape's rate.
-    On a CPU: a few tiny shapes. Cached per device in this process and, inside `gpulab run` (GPULAB_RUN_ID set),
-    in a file shared by every notebook.
+    L2 eviction; the fastest shape runs until its rate stops climbing (at most 6 s on a GPU: a cold GPU read 4%
+    low without it), then the `top` fastest shapes (3) are timed again in `rounds` interleaved rounds (5 of
+    `round_s`). The peak is the best shape's median round; `interval` keeps its rounds' min and max, `search` every
+    shape's rate. On a CPU: a few tiny shapes. Cached per device in this process and, inside `gpulab run`
+    (GPULAB_RUN_ID set), in a file shared by every notebook.
     """
     device = device or get_device()
     if isinstance(dtypes, str):
@@ -243,6 +244,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
                 round_s=(0.2 if gpu else 0.01) if round_s is None else round_s,
                 top=(3 if gpu else 2) if top is None else top, rounds=(5 if gpu else 3) if rounds is None else rounds,
                 round_calls=100 if gpu else None, round_warm=50 if gpu else 0,  # a round as mamf-finder times a shape
+                settle_s=6.0 if gpu else 0.0,  # the best shape until its rate stops climbing: a cold GPU ramps up
                 progress=gpu)
     out = MeasuredPeaks(device=device.name, matmul_size=n, run_id=os.environ.get("GPULAB_RUN_ID", ""), method=METHOD)
     old = None if refresh else _load_run_peaks(cache_file, ())  # this run's earlier values stay the values

@@ -295,3 +295,14 @@ def test_a_comparison_s_round_ratios_are_the_repeats_a_verdict_at_a_band_edge_co
     assert c.interval[0] == pytest.approx(13.6) and c.verdict == "inconclusive"
     assert Comparison("one round", RunResult("b", Measurement("b", [1.0])),
                       RunResult("a", Measurement("a", [1.0]))).round_ratios() == []
+
+
+def test_an_undecided_claim_says_why_and_whether_more_rounds_could_decide_it():
+    """An interval wider than the band can never lie inside it; one narrower than the band across an edge could."""
+    from gpulab.claims import Claim
+    wide = Claim("8 -> 12: 15-20% better", low=15, high=20).check((17.0, (11.0, 24.0)), "rounds")
+    assert wide.verdict == "inconclusive" and wide.note.startswith("rounds; cannot decide here because the interval "
+                                                                   "(13 wide) is wider than the band (5 wide)")
+    edge = Claim("compile: 2% faster", low=1.02).check((1.0166, (1.01, 1.025)))
+    assert edge.verdict == "inconclusive" and "holds the band's edge 1.02; a narrower one (more rounds)" in edge.note
+    assert Claim("x", low=1.0).check((1.5, (1.2, 1.8)), "kept").note == "kept"  # decided: the note is untouched

@@ -263,3 +263,19 @@ def test_paired_ratio_is_a_95_percent_interval_even_from_three_window_pairs():
     assert claims.t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
     with pytest.raises(ValueError, match="two window pairs"):
         feeds.paired_ratio(_paired([1.1]))
+
+
+def test_a_comparison_on_the_t_interval_says_what_its_claim_says():
+    """One pair, one verdict: a comparison made with pair_interval="t" carries paired_ratio's interval, so its
+    header ("within noise" or not) and a claim judged on paired_ratio agree, and the choice survives the JSON."""
+    from gpulab.experiment import Comparison
+    ratios = [0.98, 1.12, 1.15, 1.18, 1.14, 1.16]  # the median's interval (their range) holds 1; the mean log's not
+    median = _paired(ratios)
+    assert median.within_noise
+    t = Comparison("prefetch_factor 2 -> 4", median.before, median.after, pair_interval="t")
+    assert t.estimate().interval == pytest.approx(feeds.paired_ratio(median).interval)
+    assert t.estimate().lo > 1.0 and not t.within_noise and "within noise" not in t.verdict
+    back = Comparison.from_dict(t.to_dict())
+    assert back.pair_interval == "t" and back.estimate().interval == pytest.approx(t.estimate().interval)
+    with pytest.raises(ValueError, match="pair_interval"):
+        Comparison("x", median.before, median.after, pair_interval="mean")

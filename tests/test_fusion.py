@@ -127,3 +127,14 @@ def test_autotuning_is_judged_without_cuda_graphs():
     assert F3.compiled_label("reduce-overhead") == "torch.compile (mode=reduce-overhead)"
     assert "throughput" in F3.modes_table_html([dict(row(1e-3), mode="default", ok=True, reason="",
                                                      timing="throughput: 1 event pair around 100 calls")])
+
+
+def test_autotuning_is_judged_on_gpu_kernel_time_not_the_launch_bound_wall_time():
+    """Wall time per forward follows the host's launches; the profiles' GPU time per call is what autotuning
+    changes: their median ratio, the range of the profiles' ratios as its interval."""
+    default = dict(median_s=2e-3, gpu_s=[100e-6, 102e-6, 101e-6])
+    tuned = dict(median_s=3e-3, gpu_s=[80e-6, 81e-6, 79e-6])  # slower on the wall clock, faster on the GPU
+    r = F3.gpu_time_ratio(default, tuned)
+    assert r.value == pytest.approx(101 / 80) and r.interval == pytest.approx((100 / 81, 102 / 79))
+    assert F3.gpu_time_ratio(default, dict(median_s=1e-3)) is None  # no profile: no verdict (a reference row)
+    assert "GPU time/forward" in F3.modes_table_html([dict(default, mode="default", ok=True, reason="")])

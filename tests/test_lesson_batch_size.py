@@ -73,10 +73,11 @@ def _sweep(table=GUIDE, oom=(128,), seq_len=128):
     return M.Sweep(rows, runs, seq_len=seq_len)
 
 
-def _cmp(speedup, lo, hi, items=(1, 1)):
+def _cmp(speedup, lo, hi, items=(1, 1), seconds=(0.08, 0.02)):
     return SimpleNamespace(speedup=speedup, within_noise=False, verdict="faster",
                            estimate=lambda: Estimate(speedup, lo, hi),
-                           before=SimpleNamespace(items=items[0]), after=SimpleNamespace(items=items[1]))
+                           before=SimpleNamespace(items=items[0], seconds=seconds[0]),
+                           after=SimpleNamespace(items=items[1], seconds=seconds[1]))
 
 
 def test_claims_quote_the_guide_and_keep_the_contracts_texts():
@@ -160,8 +161,9 @@ def test_a_gpu_run_judges_every_claim_it_has_the_batches_for(gpu_lesson):
     paired64 = M.check_scaling(les, sw, paired_32_64=_cmp(0.63, 0.625, 0.635, items=(32 * 128, 64 * 128)))[5]
     assert paired64.measured == pytest.approx(26) and paired64.interval == pytest.approx((25, 27))
     assert paired64.verdict == "confirmed" and "at 64 / at 32 in interleaved rounds" in paired64.note
-    b864 = M.check_batch_8_64(les, _cmp(4.0, 3.8, 4.2), 64)
+    b864 = M.check_batch_8_64(les, _cmp(4.0, 3.8, 4.2), 64, seq_len=512)
     assert b864.verdict == "confirmed" and "equal work" in b864.note
+    assert "one step at 512 tokens: 10.0 ms small, 20.0 ms big (2.00x): the GPU sets" in b864.note
     eighty = M.check_eighty(les, 64, 51, Estimate(0.97, 0.96, 0.98), "")
     assert eighty.verdict == "confirmed" and "tokens/s" in eighty.note
     slower, memory = M.check_accumulation(les, Estimate(1.25, 1.2, 1.3), 64, 4, 30.0, 10.0)
@@ -219,3 +221,14 @@ def test_utilization_8_12_stands_on_the_rounds_gains_where_they_ran(gpu_lesson):
     assert (paired.measured, tuple(paired.interval)) == (26.0, (22.0, 31.0))
     assert paired.verdict == "refuted" and "interleaved rounds' gains" in paired.note
     assert "the sweep read NVML 45.0% -> 53.0%" in paired.note
+
+
+def test_the_throughput_claims_say_where_they_ran_and_what_set_the_step(gpu_lesson):
+    les, sw = gpu_lesson, _sweep()
+    # eight steps of 8 against one of 64, each step 20 ms: launch-bound, so the ratio is 8x by construction
+    flat = M.check_batch_8_64(les, _cmp(8.0, 7.9, 8.1, seconds=(0.16, 0.02)), 64, seq_len=128)
+    assert "(1.00x): the big step costs about what the small one does" in flat.note
+    paired = M.check_scaling(les, sw, paired_32_64=_cmp(0.63, 0.625, 0.635, items=(32 * 512, 64 * 512)),
+                             paired_seq_len=512)[5]
+    assert "our sequence length 512 tokens" in paired.note and "interleaved rounds" in paired.note
+    assert "our sequence length 128 tokens" in M.check_scaling(les, sw)[5].note  # the sweep's points: its length

@@ -139,6 +139,36 @@ def test_the_conditional_rules_are_tested_only_where_their_condition_holds(gpu_l
     assert u.note == "needs 8 cores and NVML utilization at 4 workers"
 
 
+def test_sixteen_workers_and_8_workers_at_prefetch_4_are_read_as_the_guide_states_them(gpu_lesson):
+    """C16: twice the cores' workers / the cores', paired (3.0 s -> 3.2 s on 8 cores: below 1x); C17: the host CPU
+    of 8 workers at prefetch_factor 4, the fed pair's factor-4 side, beside 002's 60-80%."""
+    util = _util({0: 100.0, 4: 400.0, 8: 440.0}, cpu=70.0)
+    rates, rows = L.utilization_rows(util)
+    rest = L.record_the_rest(gpu_lesson, rows, rates, Estimate(2.0, 1.9, 2.1), 8, 64,
+                             twice_over_all=Estimate(0.93, 0.90, 0.96), cores=16, pf4_cpu=75.5, pf_workers=8)
+    by = {c.key.split(".")[-1]: c for c in rest}
+    assert by["sixteen_workers"].verdict == "confirmed" and "32 workers on 16 cores / 16 workers" in \
+        by["sixteen_workers"].note
+    assert by["cpu_usage"].measured == 75.5 and "with 8 workers, prefetch_factor 4" in by["cpu_usage"].note
+    none_ran = L.record_the_rest(gpu_lesson, rows, rates, Estimate(2.0, 1.9, 2.1), 8, 64)
+    assert [c.verdict for c in none_ran if c.key.endswith("sixteen_workers")] == ["not tested"]
+
+
+def test_the_cpu_rule_note_agrees_with_the_readings_it_gives(gpu_lesson):
+    """Above 90% at some count: never "the condition never holds"; it decreases to the next count that ran."""
+    util = [(0, _run(100.0)), (2, _run(300.0, cpu=60.0)), (3, _run(330.0, cpu=97.4)), (6, _run(340.0, cpu=99.0))]
+    rates, rows = L.utilization_rows(util)
+    c = L.check_rule_cpu(gpu_lesson, rows, rates)  # half of 3 is 1, not swept: the next smaller count, 2
+    assert c.measured == pytest.approx(300 / 330) and "3 workers: host CPU 97.4%" in c.note and "to 2 workers" in c.note
+    first = [(0, _run(100.0)), (1, _run(300.0, cpu=97.4))]
+    rates, rows = L.utilization_rows(first)
+    c = L.check_rule_cpu(gpu_lesson, rows, rates)
+    assert c.verdict == "not tested" and "holds at 1 worker (host CPU 97.4%)" in c.note and "never" not in c.note
+    calm = [(0, _run(100.0)), (4, _run(300.0, cpu=85.0))]
+    rates, rows = L.utilization_rows(calm)
+    assert "host CPU at most 85.0%" in L.check_rule_cpu(gpu_lesson, rows, rates).note
+
+
 def test_gpu_claims_on_the_fed_loops_pinned_memory_and_the_prefetcher(gpu_lesson):
     cmp_feed = SimpleNamespace(before=_run(100.0, nvml=30.0, busy=0.3), after=_run(500.0, nvml=90.0))
     saw = L.check_sawtooth(gpu_lesson, cmp_feed)
@@ -271,7 +301,8 @@ def test_the_paired_worker_claims_keep_their_pairs():
     assert 'decided=M.settles(lesson, \\"past_half\\", feeds.paired_ratio)' in cells
     assert 'decided=M.settles(lesson, \\"four_vs_zero\\")' in cells and "batches_per_call=1, **PAIR" in cells
     assert 'decided=M.settles(lesson, \\"prefetch_factor\\", feeds.paired_ratio)' in cells
-    assert "rounds=12 if lesson.gpu else 2))" in cells and "rounds=16 if lesson.gpu else 2), headline=True)" in cells
+    assert "rounds=12 if lesson.gpu else 2, pair_interval=\\\"t\\\"))" in cells
+    assert "rounds=16 if lesson.gpu else 2), headline=True)" in cells
     assert "all_over_half = feeds.paired_ratio(cmp_workers)" in cells and "pf_gain = feeds.paired_ratio(cmp_pf)" in cells
     assert "t-interval" in L.PAIRED
 

@@ -162,3 +162,16 @@ def test_tables_use_readable_numbers():
     html = M.counts_html({"x": (1.7e12, 5.1e12)}, "t")
     assert "1.70 TFLOP" in html and "5.10 TFLOP" in html
     assert "periods read as 0%" in M.bursts_html([BurstRun(1, 9)])
+
+
+def test_tf32_is_judged_on_the_searched_shapes():
+    """TF32 over FP32 from the shape search's best shape of each: medians' ratio, rounds' ranges as the interval."""
+    from types import SimpleNamespace
+
+    from gpulab.lessons import tensor_cores as TC
+    peaks = SimpleNamespace(tflops={"fp32": 52.0, "tf32": 385.0},
+                            interval={"fp32": [51.5, 52.5], "tf32": [380.0, 390.0]}, shape={"fp32": [8448, 4096, 4096], "tf32": [3072, 4096, 4096]})
+    est, note = TC.searched_ratio(peaks, "tf32", "fp32")
+    assert est.value == pytest.approx(385 / 52) and est.interval == pytest.approx((380 / 52.5, 390 / 51.5))
+    assert "best TF32 shape (3072x4096x4096) against FP32's best (8448x4096x4096)" in note
+    assert TC.searched_ratio(SimpleNamespace(tflops={"fp32": 1.0}, interval={}, shape={}), "tf32", "fp32") == (None, "")

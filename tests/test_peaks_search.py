@@ -1,6 +1,7 @@
 """The peak search's logic, on a fake timer: which shapes it times, how it ranks them, what it reports."""
 import pytest
 
+from gpulab import peak_search
 from gpulab import peaks as P
 
 
@@ -103,3 +104,37 @@ def test_measure_peaks_records_the_search_on_a_cpu(cpu_device):
     assert P.MeasuredPeaks.from_dict(p.to_dict()).shape == p.shape
     with pytest.raises(ValueError, match="rounds"):
         P.measure_peaks(cpu_device, size=32, dtypes=("fp32",), rounds=0, refresh=True)
+
+
+def test_a_cold_gpu_is_warmed_on_the_best_shape_until_its_rate_stops_climbing():
+    """The rate climbs slowly, 700 -> 740, under 1% a window (clocks ramping on a cold GPU), then holds: the
+    warm-up runs until 1.5 s pass with no 1% gain, and every round then reads the warm rate."""
+    now = [0.0]
+    ramp = iter([700.0, 705.0, 711.0, 717.0, 723.0, 729.0, 735.0, 740.0, 740.5, 739.5, 740.2])
+    state = {"warm": False}
+    timer = fake_timer(lambda s: next(ramp, 740.0) if state["warm"] else 700.0)  # cold in the quick pass
+
+    def time_calls(shape, n):
+        state["warm"] = state["warm"] or n == 7  # the warm-up's and rounds' windows: 7 calls here
+        now[0] += 0.5
+        return timer(shape, n)
+
+    found = P.search_best_shape(time_calls, [(256, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1, rounds=3,
+                                round_calls=7, settle_s=60.0, clock=lambda: now[0])
+    # each 1% gain moves the mark (700, 711, 723, 735); three windows (1.5 s) without one end it
+    assert found.settle == pytest.approx([700.0, 705.0, 711.0, 717.0, 723.0, 729.0, 735.0, 740.0, 740.5, 739.5])
+    assert found.rounds[(256, 64, 64)] == pytest.approx([740.0] * 3, rel=1e-3)
+
+
+def test_the_warm_up_is_bounded_by_time():
+    now = [0.0]
+    rising = iter(range(100, 1000, 10))
+
+    def time_calls(shape, n):
+        now[0] += 1.0
+        return fake_timer(lambda s: float(next(rising)))(shape, n)
+
+    rates = peak_search.settle(time_calls, (64, 64, 64), 5, max_s=4.0, clock=lambda: now[0])
+    assert len(rates) == 4 and rates == sorted(rates)  # still climbing when the 4 s ran out
+    assert P.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
+                               rounds=1).settle == []  # settle_s=0: no warm-up

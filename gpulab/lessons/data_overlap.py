@@ -193,19 +193,30 @@ def check_rules(lesson: Any, util: Sequence[tuple[int, Any]], util_rows: Sequenc
         util_claim = lesson.check("rule_util", ratio(rates.get(8), rates.get(4)),
                                   f"NVML at 4 workers {pct(u4.value, 1)} [{pct(u4.lo, 1)}, {pct(u4.hi, 1)}]",
                                   measurement="utilization_by_workers")
-    busy = [r for r in util_rows if r["num_workers"] > 0 and (r["cpu_percent"] or 0) > 90]
+    return [util_claim, check_rule_cpu(lesson, util_rows, rates)]
+
+
+def check_rule_cpu(lesson: Any, util_rows: Sequence[dict[str, Any]], rates: dict[int, Estimate]) -> Claim:
+    """"If CPU usage >90%, decrease num_workers": at the first worker count whose host CPU reads above 90%, the
+    throughput of the next smaller count the sweep ran (half of it, where it ran) over its own. The note says which
+    of the condition or a smaller count is missing, with the reading that decided it."""
+    why = why_not(lesson)
     if why:
-        cpu_claim = lesson.untested("rule_cpu", why)
-    elif not busy or busy[0]["num_workers"] // 2 not in rates:
-        top = max((r["cpu_percent"] or 0) for r in util_rows)
-        cpu_claim = lesson.untested("rule_cpu", f"the rule's condition never holds here: host CPU at most "
-                                                f"{pct(top, 1)} over the worker counts swept")
-    else:
-        w90 = busy[0]["num_workers"]
-        cpu_claim = lesson.check("rule_cpu", ratio(rates.get(w90 // 2), rates.get(w90)),
-                                 f"{workers(w90)}: host CPU {pct(busy[0]['cpu_percent'], 1)}",
-                                 measurement="utilization_by_workers")
-    return [util_claim, cpu_claim]
+        return lesson.untested("rule_cpu", why)
+    busy = [r for r in util_rows if r["num_workers"] > 0 and (r["cpu_percent"] or 0) > 90]
+    if not busy:
+        top = max((r["cpu_percent"] or 0) for r in util_rows) if util_rows else 0
+        return lesson.untested("rule_cpu", f"the rule's condition never holds here: host CPU at most {pct(top, 1)} "
+                                           "over the worker counts swept, never above 90%")
+    w90, cpu = busy[0]["num_workers"], pct(busy[0]["cpu_percent"], 1)
+    fewer = [w for w in rates if 0 < w < w90]
+    if not fewer or w90 not in rates:
+        return lesson.untested("rule_cpu", f"the condition holds at {workers(w90)} (host CPU {cpu}), but the sweep "
+                                           "ran no smaller count with workers to decrease to")
+    w_less = w90 // 2 if w90 // 2 in fewer else max(fewer)
+    return lesson.check("rule_cpu", ratio(rates.get(w_less), rates.get(w90)),
+                        f"{workers(w90)}: host CPU {cpu}, the first count above 90%; decreased to {workers(w_less)}",
+                        measurement="utilization_by_workers")
 
 
 def check_sawtooth(lesson: Any, cmp_feed: Any) -> Claim:
@@ -254,21 +265,31 @@ def check_gpu_only(lesson: Any, key: str, cmp: Any, value: Any, note: str = "") 
 
 
 def record_the_rest(lesson: Any, util_rows: Sequence[dict[str, Any]], rates: dict[int, Estimate],
-                    feed_gain: Estimate, w_fed: int, batch_size: int) -> list[Claim]:
+                    feed_gain: Estimate, w_fed: int, batch_size: int, *, twice_over_all: Estimate | None = None,
+                    cores: int | None = None, pf4_cpu: float | None = None, pf_workers: int | None = None
+                    ) -> list[Claim]:
     """Another system's numbers beside our nearest measurement, advice about something else (a CUDA kernel's
-    prefetch distance), and the DataLoader's definition."""
+    prefetch distance), the DataLoader's definition, and "16 workers on 8 cores" on `twice_over_all` (twice the
+    cores' workers / the cores', paired) where it ran. The CPU use of "8 workers, prefetch_factor=4" is `pf4_cpu`
+    (host CPU of the factor-4 side, `pf_workers` workers) where given, else the sweep's 8 workers at factor 2."""
     w8 = next((r for r in util_rows if r["num_workers"] == 8), None)
     w4 = 4 if 4 in rates else max(rates)
-    cpu_proxy = w8["cpu_percent"] if w8 else max(r["cpu_percent"] or 0 for r in util_rows)
+    cpu_proxy, cpu_how = ((pf4_cpu, f"with {workers(pf_workers)}, prefetch_factor 4") if pf4_cpu is not None else
+                          (w8["cpu_percent"], "with 8 workers, factor 2") if w8 else
+                          (max(r["cpu_percent"] or 0 for r in util_rows), "at most, over the counts swept"))
+    why = why_not(lesson)
+    twice = (lesson.untested("sixteen_workers", why or "twice the cores' workers did not run") if why or
+             twice_over_all is None else
+             lesson.check("sixteen_workers", twice_over_all, f"{workers(2 * cores)} on {cores} cores / {workers(cores)}"
+                          "; interleaved windows, 95% t-interval of the window pairs' mean log ratio"))
     return [
-        lesson.not_comparable("cpu_usage", cpu_proxy, "that run's machine and model; ours: host CPU "
-                              + ("with 8 workers, factor 2" if w8 else "at most, over the counts swept")),
+        lesson.not_comparable("cpu_usage", cpu_proxy, f"that run's machine and model; ours: host CPU {cpu_how}"),
         lesson.untested("prefetch_distance", "about asynchronous copies inside a CUDA kernel, not the DataLoader"),
         lesson.not_comparable("samples_160", feed_gain, f"another model and GPU, after a dozen changes at once; "
                                                         f"ours: fed / starved samples/s with {workers(w_fed)}"),
         lesson.not_comparable("batches_3_1s", rates[w4].map(lambda r: 100 * batch_size / r),
                               f"that machine's data and CPU; ours: 100 batches of {batch_size} with {workers(w4)}"),
-        lesson.untested("sixteen_workers", "the sweep stops at this host's core count"),
+        twice,
         lesson.check("ready_batches", 4 * 2, "DataLoader: each worker loads prefetch_factor batches ahead")]
 
 

@@ -7,6 +7,7 @@ cells; nothing here compiles or times anything except `first_call` and the widge
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -235,6 +236,16 @@ def mode_speed_ratio(slower: dict[str, Any], faster: dict[str, Any]) -> Estimate
     return Estimate(value, min(slower["q1_s"] / faster["q3_s"], value), max(slower["q3_s"] / faster["q1_s"], value))
 
 
+def gpu_time_ratio(slower: dict[str, Any], faster: dict[str, Any]) -> Estimate | None:
+    """slower's GPU kernel time per call over faster's (rows' `gpu_s`, one per profile; the interval: the range of
+    their ratios): what autotuning changes, where a launch-bound call's wall time follows the host. None without."""
+    a, b = sorted(slower.get("gpu_s") or []), sorted(faster.get("gpu_s") or [])
+    if not a or not b or b[0] <= 0:
+        return None
+    value = statistics.median(a) / statistics.median(b)
+    return Estimate(value, min(a[0] / b[-1], value), max(a[-1] / b[0], value))
+
+
 def compile_time_ratio(a: dict[str, Any], b: dict[str, Any], spread: float = 1.5) -> Estimate:
     """a's compile time over b's. Each is one first call, and a compile's time moves from run to run (caches,
     host load): the interval lets each be off by a factor `spread`, so the ratio by up to `spread` squared."""
@@ -254,9 +265,11 @@ def modes_table_html(sweep: Sequence[dict[str, Any]]) -> str:
     from ..text import pct
 
     rows = "".join(f"<tr><td>{m['mode']}</td><td>{si(m.get('compile_s'), 's')}</td><td>{si(m.get('median_s'), 's')}"
-                   f"</td><td>{sig(m.get('kernels_per_call'))}</td><td>{pct(m.get('busy_fraction'))}</td>"
+                   f"</td><td>{si(statistics.median(m['gpu_s']) if m.get('gpu_s') else None, 's')}</td>"
+                   f"<td>{sig(m.get('kernels_per_call'))}</td><td>{pct(m.get('busy_fraction'))}</td>"
                    f"<td style='text-align:left'>{m['reason'] or m.get('timing', '')}</td></tr>" for m in sweep)
-    return ("<table><tr><th>mode</th><th>compile (first call)</th><th>per forward</th><th>kernels/call</th>"
+    return ("<table><tr><th>mode</th><th>compile (first call)</th><th>per forward</th><th>GPU time/forward</th>"
+            "<th>kernels/call</th>"
             f"<th>GPU busy</th><th>note</th></tr>{rows}</table>") if rows else ""
 
 
