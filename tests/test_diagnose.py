@@ -225,3 +225,33 @@ def test_bad_input_is_refused_before_any_work(kwargs, match):
     assert calls == []
     with pytest.raises(ValueError, match="bare step"):
         gl.diagnose(lambda: None, batch_size=4)
+
+
+@pytest.mark.parametrize("kind", ["optimizer", "small_batch"])
+def test_a_trial_times_the_fix_on_copies(kind):
+    from gpulab.diagnosis.trials import Loop, measure
+
+    model, opt, make_batch = _tiny()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    loop = Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu"))
+    gain, why = measure(kind, loop, healthy_gpu(gpu=False), seconds=0.3)
+    assert gain is not None and gain["lo"] <= gain["value"] <= gain["hi"], why  # a measured ratio, whatever its size
+    assert _same(weights, model.state_dict()) and opt.param_groups[0]["foreach"] is None
+
+
+def test_an_untriable_fix_says_why():
+    from gpulab.diagnosis.trials import Loop, untried
+
+    model, opt, make_batch = _tiny()
+    loop = Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu"))
+    assert "needs a GPU" in untried("fp32_matmul", loop, 100.0) and "bare step" in untried("layout", None, 100.0)
+    assert "no loader" in untried("data_wait", loop, 100.0) and "compile" in untried("launch_bound", loop, 100.0)
+
+
+def test_a_loader_feeds_the_step_and_its_wait_is_measured():
+    model, opt, make_batch = _tiny()
+    data = torch.utils.data.TensorDataset(*make_batch(32))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    d = gl.diagnose(model, make_batch, F.cross_entropy, batch_size=4, optimizer=opt, loader=loader,
+                    try_fixes=False, progress=False)
+    assert 0.0 <= d.evidence["loader_wait_share"] <= 1.0 and d.evidence["loader_wait_ms"] >= 0.0
