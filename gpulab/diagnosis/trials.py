@@ -162,7 +162,7 @@ def measure(kind: str, loop: Loop, ev: dict[str, Any], seconds: float) -> tuple[
     except Exception as e:  # a fix this model cannot take is reported, not raised
         gain, why = None, f"the fix failed on this model: {type(e).__name__}: {str(e)[:160]}"
     else:
-        why = slower_reason(kind, ev) if h.hi < 1.0 else "within noise" if h.lo <= 1.0 else ""
+        why = slower_reason(kind, ev) if h.hi < 1.0 else ""  # gain_text says "within noise" itself
     del before, after  # the copies go before the next trial allocates its own
     gc.collect()
     if loop.device.type == "cuda":
