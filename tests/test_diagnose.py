@@ -234,8 +234,9 @@ def test_a_trial_times_the_fix_on_copies(kind):
     model, opt, make_batch = _tiny()
     weights = {k: v.clone() for k, v in model.state_dict().items()}
     loop = Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu"))
-    gain, why = measure(kind, loop, healthy_gpu(gpu=False), seconds=0.3)
-    assert gain is not None and gain["lo"] <= gain["value"] <= gain["hi"], why  # a measured ratio, whatever its size
+    gain, why, cmp = measure(kind, loop, healthy_gpu(gpu=False), seconds=0.3)
+    assert gain is not None and gain["lo"] <= gain["value"] <= gain["hi"], why
+    assert cmp.headline().value == pytest.approx(gain["value"])  # a measured ratio, whatever its size
     assert _same(weights, model.state_dict()) and opt.param_groups[0]["foreach"] is None
 
 

@@ -118,20 +118,21 @@ def diagnose(model: torch.nn.Module | Callable[[], Any], make_batch: Callable[[i
     notes = [] if ev["gpu"] else list(CPU_NOTES)
     if not full:
         notes.append("a bare step: fixes that need the model (batch, autocast, layout, compile) cannot be tried")
-    if try_fixes:
-        _try(found, loop, ev, t0 + budget_s, tick)
+    comparisons = _try(found, loop, ev, t0 + budget_s, tick) if try_fixes else {}
     bar.close()
     return Diagnosis(findings=rank(found), evidence=ev, needs_gpu=needs_gpu, notes=notes,
-                     seconds=time.perf_counter() - t0)
+                     seconds=time.perf_counter() - t0, comparisons=comparisons)
 
 
-def _try(found: list[Finding], loop: Any, ev: dict[str, Any], deadline: float, tick: Callable[[str], None]) -> None:
+def _try(found: list[Finding], loop: Any, ev: dict[str, Any], deadline: float,
+         tick: Callable[[str], None]) -> dict[str, Any]:
     """Measure each finding's fix (one compile shared by launch_bound and elementwise), each within its share of
-    the seconds left."""
+    the seconds left; return each measured kind's gl.Comparison."""
     from . import trials as T
 
     todo = [f for f in found if f.kind in TRIED]
-    done: dict[str, tuple[Any, str]] = {}
+    done: dict[str, tuple[Any, str, Any]] = {}
+    comparisons: dict[str, Any] = {}
     for i, f in enumerate(todo):
         left = deadline - time.perf_counter()
         key = "compile" if f.kind in ("launch_bound", "elementwise") else f.kind
@@ -144,7 +145,10 @@ def _try(found: list[Finding], loop: Any, ev: dict[str, Any], deadline: float, t
         if why is not None:
             f.why = f.why or why
         else:
-            f.gain, f.why = done[key]
+            f.gain, f.why, cmp = done[key]
+            if cmp is not None:
+                comparisons[f.kind] = cmp
     for f in found:
         if f.kind not in TRIED and loop is None and not f.why:
             f.why = T.untried(f.kind, None, 0.0) or ""
+    return comparisons

@@ -68,6 +68,7 @@ class Diagnosis:
     needs_gpu: list[str] = field(default_factory=list)  # kinds a CPU run cannot judge
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    comparisons: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # kind -> gl.Comparison
 
     @property
     def healthy(self) -> bool:
@@ -78,6 +79,10 @@ class Diagnosis:
     def top(self) -> Finding:
         """The first finding (the verdict `healthy` when there is none)."""
         return self.findings[0]
+
+    def comparison(self, kind: str) -> Any:
+        """The measured before/after (a gl.Comparison) of `kind`'s fix, or None where none was measured."""
+        return self.comparisons.get(kind)
 
     def kinds(self) -> list[str]:
         """The findings' kinds, in order."""

@@ -146,11 +146,12 @@ def slower_reason(kind: str, ev: dict[str, Any]) -> str:
             }.get(kind, "recompiles or graph breaks cost more than the fusion wins")
 
 
-def measure(kind: str, loop: Loop, ev: dict[str, Any], seconds: float) -> tuple[dict[str, Any] | None, str]:
-    """Try `kind`'s fix within about `seconds`: (gain dict, why) - gain None with the reason where it failed."""
+def measure(kind: str, loop: Loop, ev: dict[str, Any], seconds: float) -> tuple[dict[str, Any] | None, str, Any]:
+    """Try `kind`'s fix within about `seconds`: (gain dict, why, the gl.Comparison); gain and comparison None,
+    with the reason, where it failed."""
     import gpulab as gl
 
-    before = after = None
+    before = after = cmp = None
     try:
         before, after, extra = pair(loop, kind)
         cmp = gl.before_after(before, after, name=f"diagnose: {kind}", min_time_s=seconds / 5, rounds=2,
@@ -167,4 +168,4 @@ def measure(kind: str, loop: Loop, ev: dict[str, Any], seconds: float) -> tuple[
     gc.collect()
     if loop.device.type == "cuda":
         torch.cuda.empty_cache()
-    return gain, why
+    return gain, why, cmp
