@@ -31,7 +31,8 @@ def preserved(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | 
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()} if model is not None else None
-    grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()] if model is not None else []
+    params = list(model.parameters()) if model is not None else []
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
     opt_state = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
     try:
         yield

@@ -111,7 +111,8 @@ class Diagnosis:
     def __str__(self) -> str:
         lines = [f"Diagnosis ({self._head()})"]
         for i, f in enumerate(self.findings, 1):
-            lines.append(f"{i}. {f.kind}: {f.share:.0%} of the step. {f.title}")
+            lines.append(f"{i}. healthy: {f.title}" if f.kind == "healthy" else
+                         f"{i}. {f.kind}: {f.share:.0%} of the step. {f.title}")
             if f.fix:
                 lines.append(f"   fix: {f.fix}")
             lines.append(f"   gain: {f.gain_text()}" + (f" ({f.why})" if f.why else "") + f"; see {f.notebook}")
@@ -127,7 +128,8 @@ class Diagnosis:
         e = html.escape
         rows = "".join(
             f"<tr><td>{i}</td><td style='text-align:left'><b>{e(f.kind)}</b><br><small>{e(f.title)}</small></td>"
-            f"<td>{f.share:.0%}</td><td style='text-align:left'><code>{e(f.fix)}</code></td>"
+            f"<td>{'' if f.kind == 'healthy' else f'{f.share:.0%}'}</td>"
+            f"<td style='text-align:left'><code>{e(f.fix)}</code></td>"
             f"<td>{e(f.gain_text())}" + (f"<br><small>{e(f.why)}</small>" if f.why else "") + "</td>"
             f"<td>{e(f.notebook)}</td></tr>" for i, f in enumerate(self.findings, 1))
         extra = "".join(f"<li>{e(n)}</li>" for n in self.notes)

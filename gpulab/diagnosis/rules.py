@@ -161,10 +161,10 @@ def what_bounds(ev: dict[str, Any]) -> str:
 
 
 def healthy(ev: dict[str, Any]) -> Finding:
-    """The verdict when no rule passes its threshold: what bounds the step, and nothing invented."""
-    busy = ev.get("busy")
-    return Finding("healthy", float(busy) if busy is not None else 1.0,
-                   {"mfu": ev.get("mfu"), "busy": busy, "classes": dict(ev.get("classes") or {})}, "",
+    """The verdict when no rule passes its threshold: what bounds the step, and nothing invented (share 0: it
+    explains no lost time)."""
+    return Finding("healthy", 0.0, {"mfu": ev.get("mfu"), "busy": ev.get("busy"),
+                                    "classes": dict(ev.get("classes") or {})}, "",
                    "09_profiling", "no rule passed its threshold: " + what_bounds(ev))
 
 
