@@ -195,23 +195,24 @@ def cases(s: bool) -> list[dict]:
         return torch.optim.AdamW(model.parameters(), lr=1e-4, **({**fused, **kw}))
     out = []
     m = mlp(W, 4).to(DEV)
-    out.append(dict(name="fp32_matmul_mlp", planted="fp32_matmul", model=m, make_batch=vectors(W), loss_fn=F.cross_entropy,
-                    batch_size=16 if s else 1024, optimizer=opt(m)))
+    out.append(dict(name="fp32_matmul_mlp", planted="fp32_matmul", model=m, make_batch=vectors(W),
+                    loss_fn=F.cross_entropy, batch_size=16 if s else 1024, optimizer=opt(m)))
     m = Checked(64 if s else 2048, 4 if s else 12).to(DEV)
     out.append(dict(name="item_per_step", planted="sync", model=m, make_batch=vectors(64 if s else 2048),
                     loss_fn=logged(F.cross_entropy, []), batch_size=16 if s else 512, optimizer=opt(m)))
     m = Autocast(nn.Sequential(nn.Flatten(), mlp(3 * 32 * 32, 2))).to(DEV)
     loader = torch.utils.data.DataLoader(SlowDecode(512, 32, 0.0005 if s else 0.001), batch_size=16 if s else 128)
-    out.append(dict(name="starving_loader", planted="data_wait", model=m, make_batch=images(32), loss_fn=F.cross_entropy,
-                    batch_size=16 if s else 128, optimizer=opt(m), loader=loader))
+    out.append(dict(name="starving_loader", planted="data_wait", model=m, make_batch=images(32),
+                    loss_fn=F.cross_entropy, batch_size=16 if s else 128, optimizer=opt(m), loader=loader))
     m = Autocast(mlp(64 if s else 1024, 4)).to(DEV)
     out.append(dict(name="batch_8", planted="small_batch", model=m, make_batch=vectors(64 if s else 1024),
                     loss_fn=F.cross_entropy, batch_size=8, optimizer=opt(m)))
     m = GPT2LMHeadModel(512, 64, 1, 2, 64, sdpa=False, bf16=True) if s else \
         GPT2LMHeadModel(8192, 768, 4, 12, 1024, sdpa=False, bf16=True)
     m = m.to(DEV)
-    out.append(dict(name="manual_attention", planted="attention", model=m, make_batch=tokens(512 if s else 8192, 64 if s else 1024),
-                    loss_fn=lm_loss, batch_size=4 if s else 16, optimizer=opt(m)))
+    out.append(dict(name="manual_attention", planted="attention", model=m,
+                    make_batch=tokens(512 if s else 8192, 64 if s else 1024), loss_fn=lm_loss,
+                    batch_size=4 if s else 16, optimizer=opt(m)))
     m = Autocast(mlp(64 if s else 256, 8 if s else 48)).to(DEV)
     out.append(dict(name="foreachless_adamw", planted="optimizer", model=m, make_batch=vectors(64 if s else 256),
                     loss_fn=F.cross_entropy, batch_size=16 if s else 1024,
@@ -222,12 +223,14 @@ def cases(s: bool) -> list[dict]:
     out += case_study(s)
     m = (resnet((1, 1), (8, 16), 10) if s else resnet()).to(DEV)
     out.append(dict(name="resnet50_batch32", planted="launch_bound/small_batch/layout", model=m,
-                    make_batch=images(32 if s else 224, 10 if s else 1000), loss_fn=F.cross_entropy, batch_size=4 if s else 32,
-                    optimizer=torch.optim.AdamW(m.parameters(), lr=1e-4), budget_s=12 if s else 70))
+                    make_batch=images(32 if s else 224, 10 if s else 1000), loss_fn=F.cross_entropy,
+                    batch_size=4 if s else 32, optimizer=torch.optim.AdamW(m.parameters(), lr=1e-4),
+                    budget_s=12 if s else 70))
     m = (GPT2LMHeadModel(512, 64, 1, 2, 64) if s else GPT2LMHeadModel()).to(DEV)
     out.append(dict(name="hf_gpt2_small", planted="fp32_matmul (FP32, as from_pretrained gives it)", model=m,
-                    make_batch=tokens(512 if s else 50257, 64 if s else 1024), loss_fn=lm_loss, batch_size=2 if s else 8,
-                    optimizer=torch.optim.AdamW(m.parameters(), lr=1e-4), budget_s=12 if s else 60))
+                    make_batch=tokens(512 if s else 50257, 64 if s else 1024), loss_fn=lm_loss,
+                    batch_size=2 if s else 8, optimizer=torch.optim.AdamW(m.parameters(), lr=1e-4),
+                    budget_s=12 if s else 60))
     return out
 
 

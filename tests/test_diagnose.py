@@ -256,3 +256,17 @@ def test_a_loader_feeds_the_step_and_its_wait_is_measured():
     d = gl.diagnose(model, make_batch, F.cross_entropy, batch_size=4, optimizer=opt, loader=loader,
                     try_fixes=False, progress=False)
     assert 0.0 <= d.evidence["loader_wait_share"] <= 1.0 and d.evidence["loader_wait_ms"] >= 0.0
+
+
+def test_the_gpu_script_runs_a_case_at_smoke_size(tmp_path):
+    """tests/gpu_diagnose_cases.py (run by hand on a GPU) on one case at tiny sizes: a JSON and a summary row."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("gpu_cases", Path(__file__).parent / "gpu_diagnose_cases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--out", str(tmp_path), "--smoke", "--only", "batch_8", "--budget", "2"]) == 0
+    rec = json.loads((tmp_path / "batch_8.json").read_text())
+    assert rec["planted"] == "small_batch" and rec["diagnosis"]["kinds"]
+    assert "| batch_8 | small_batch |" in (tmp_path / "summary.md").read_text()
