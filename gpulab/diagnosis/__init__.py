@@ -70,6 +70,8 @@ def _check(model: Any, make_batch: Any, loss_fn: Any, batch_size: Any, optimizer
         if not callable(fn):
             raise ValueError(f"{name}={fn!r} must be callable: make_batch(batch_size) -> (inputs, targets), "
                              "loss_fn(output, targets) -> loss")
+    if next(model.parameters(), None) is None:
+        raise ValueError("model has no parameters: there is no training step to diagnose")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size={batch_size!r} must be an int > 0 (the samples in one step)")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):

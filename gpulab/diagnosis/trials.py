@@ -38,7 +38,10 @@ def new_optimizer(opt: torch.optim.Optimizer | None, old: torch.nn.Module, new: 
     index = {id(p): i for i, p in enumerate(old.parameters())}
     groups = [{**{k: v for k, v in g.items() if k != "params"}, **overrides,
                "params": [params[index[id(p)]] for p in g["params"]]} for g in opt.param_groups]
-    return type(opt)(groups)
+    try:  # the constructor checks fused/foreach itself (fused needs CUDA tensors and a supported dtype)
+        return type(opt)(groups, **overrides)
+    except TypeError:  # an optimizer whose constructor takes no such flag: the groups carry them
+        return type(opt)(groups)
 
 
 def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[Any, Any], Any],
