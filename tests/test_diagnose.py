@@ -97,6 +97,9 @@ def test_kernel_names_fall_in_their_classes():
     assert k("void at::native::(anonymous)::cunn_SoftMaxForward<4, float>") == "softmax"
     assert k("void at::native::cunn_SoftMaxForward<4, float, float, float, at::native::LogSoftMaxForwardEpilogue>") \
         == "other"  # cross-entropy, not attention
+    assert k("void (anonymous namespace)::softmax_warp_forward<float, float, float, 4, true, false>(float*)") == "other"
+    assert k("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, false, "
+             "false>(c10::BFloat16*)") == "softmax"
     assert k("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == "attention_fused"
     assert k("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>") == "elementwise"
     assert k("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"

@@ -6,6 +6,7 @@ they call), since a CPU trace has no kernels.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -24,6 +25,8 @@ GPU_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # A matmul or convolution kernel on tensor cores names its input type; an FP32 one (sgemm, f32f32...) does not.
 TENSOR_CORE_TAGS = ("tf32", "bf16", "f16", "fp16", "h1688", "h16816", "s1688", "s16816", "884", "e4m3", "e5m2",
                     "i8", "half", "bfloat", "hmma", "wgmma")
+# softmax_warp_forward<in, out, acc, log2_elements, is_log_softmax, is_masked>: a log-softmax is a loss, not attention
+LOG_SOFTMAX_WARP = re.compile(r"softmax_warp_\w+<[^>]*?,\s*\d+,\s*true\b")
 CPU_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention_fused", ("scaled_dot_product", "flash_attention")),
     ("softmax", ("softmax",)),
@@ -37,7 +40,7 @@ CPU_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
 def kernel_class(name: str) -> str:
     """The class of a GPU kernel from its name; matmuls split into "matmul_tc" and "matmul_fp32"."""
     low = name.lower()
-    if "logsoftmax" in low or "log_softmax" in low:  # a cross-entropy loss, not attention
+    if "logsoftmax" in low or "log_softmax" in low or LOG_SOFTMAX_WARP.search(low):  # a cross-entropy loss
         return "other"
     for cls, frags in GPU_CLASSES:
         if any(f in low for f in frags):
