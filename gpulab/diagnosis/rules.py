@@ -27,7 +27,9 @@ ELEMENTWISE = 0.25  # elementwise and reduction kernels outside the optimizer (m
 
 GPU_ONLY = ("launch_bound", "sync", "small_batch", "fp32_matmul", "layout", "elementwise")
 CPU_NOTES = ("On a CPU there is no separate device to wait: a .item() costs nothing extra, so syncs mean nothing "
-             "here; the loader's wait is real, but its workers share the cores the step computes on.",)
+             "here; the loader's wait is real, but its workers share the cores the step computes on.",
+             "torch's optimizers loop over tensors on a CPU by default (foreach is their CUDA default): an optimizer "
+             "finding here may not hold on a GPU.")
 
 
 def _idle(ev: dict[str, Any], key: str) -> float:
