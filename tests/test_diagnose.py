@@ -23,7 +23,7 @@ def healthy_gpu(**over):
           "kernels_per_step": 300.0, "syncs_per_step": 0.0, "sync_calls": [], "memory_headroom": 0.4,
           "conv": False, "channels_last": False,
           "optimizer": {"class": "AdamW", "fused": True, "foreach": False, "tensors": 150, "share": 0.03},
-          "loader_wait_share": 0.01, "loader_wait_ms": 0.4, "mfu": 0.45}
+          "loader_wait_share": 0.0, "loader_wait_ms": 0.01, "mfu": 0.45}
     for k, v in over.items():
         ev[k] = {**ev[k], **v} if isinstance(v, dict) and isinstance(ev.get(k), dict) else v
     return ev
@@ -33,7 +33,8 @@ BEFORE_CASES = {  # each lesson's "before" loop, as an H200 profile would record
     "fp32_matmul": healthy_gpu(classes={"matmul_tc": 0.0, "matmul_fp32": 0.7}, mfu=0.04),
     "sync": healthy_gpu(syncs_per_step=1.0, sync_calls=["called a synchronizing CUDA operation"],
                         idle={"after_sync": 0.18}, busy=0.77),
-    "data_wait": healthy_gpu(loader_wait_share=0.72, loader_wait_ms=30.0, busy=0.25),
+    "data_wait": healthy_gpu(loader_wait_share=0.72, loader_wait_ms=30.0, busy=0.25,  # the GPU idles meanwhile
+                             idle={"host_launching": 0.7}, batch_size=32),
     "small_batch": healthy_gpu(batch_size=8, busy=0.5, idle={"host_launching": 0.19, "queued": 0.12},
                                memory_headroom=0.97),
     "attention": healthy_gpu(classes={"attention_fused": 0.0, "softmax": 0.14, "matmul_tc": 0.5}),
@@ -75,6 +76,8 @@ def test_rules_that_need_their_conditions():
     # a large batch with idle time is launch-bound, not small; a full GPU has no room for a larger one
     assert rules.small_batch(BEFORE_CASES["small_batch"] | {"batch_size": 512}) is None
     assert rules.small_batch(BEFORE_CASES["small_batch"] | {"memory_headroom": 0.1}) is None
+    # a GPU idle while the host waits for data is starved, not launch-bound
+    assert rules.launch_bound(BEFORE_CASES["data_wait"]) is None and rules.small_batch(BEFORE_CASES["data_wait"]) is None
     # a sync with no idle after it costs nothing measurable
     assert rules.sync(healthy_gpu(syncs_per_step=2.0)) is None
 
@@ -100,6 +103,8 @@ def test_kernel_names_fall_in_their_classes():
     assert k("void (anonymous namespace)::softmax_warp_forward<float, float, float, 4, true, false>(float*)") == "other"
     assert k("void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, false, "
              "false>(c10::BFloat16*)") == "softmax"
+    assert k("void at::native::unrolled_elementwise_kernel<convert_fn>") == "elementwise"
+    assert k("cudnn_convert_tensor_kernel") == "other"
     assert k("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == "attention_fused"
     assert k("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>") == "elementwise"
     assert k("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"

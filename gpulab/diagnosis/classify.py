@@ -45,6 +45,8 @@ def kernel_class(name: str) -> str:
     for cls, frags in GPU_CLASSES:
         if any(f in low for f in frags):
             if cls == "matmul":
+                if "convert" in low:  # a dtype or format conversion, not a convolution
+                    continue
                 return "matmul_tc" if any(t in low for t in TENSOR_CORE_TAGS) else "matmul_fp32"
             return cls
     return "other"

@@ -36,13 +36,18 @@ def _idle(ev: dict[str, Any], key: str) -> float:
     return float((ev.get("idle") or {}).get(key) or 0.0)
 
 
+def _not_waiting_for_data(ev: dict[str, Any], idle: float) -> float:
+    """Idle time less the loader's wait: while the host waits for a batch, the GPU's idle is not launch overhead."""
+    return max(0.0, idle - float(ev.get("loader_wait_share") or 0.0))
+
+
 def _cls(ev: dict[str, Any], key: str) -> float:
     return float((ev.get("classes") or {}).get(key) or 0.0)
 
 
 def launch_bound(ev: dict[str, Any]) -> Finding | None:
     """The GPU waits on the host's launches: small kernels, Python overhead."""
-    share = _idle(ev, "host_launching")
+    share = _not_waiting_for_data(ev, _idle(ev, "host_launching"))
     if share < LAUNCH_IDLE:
         return None
     return Finding("launch_bound", share, {"idle_host_launching": share, "kernels_per_step": ev.get("kernels_per_step"),
@@ -80,7 +85,7 @@ def data_wait(ev: dict[str, Any]) -> Finding | None:
 def small_batch(ev: dict[str, Any]) -> Finding | None:
     """A small batch leaves the GPU idle between kernels, with memory to spare for a bigger one."""
     b, headroom = ev.get("batch_size"), ev.get("memory_headroom")
-    idle = _idle(ev, "host_launching") + _idle(ev, "queued")
+    idle = _not_waiting_for_data(ev, _idle(ev, "host_launching") + _idle(ev, "queued"))
     if not b or b > SMALL_BATCH_MAX or idle < SMALL_BATCH_IDLE or (headroom is not None and
                                                                   headroom < SMALL_BATCH_HEADROOM):
         return None
