@@ -21,6 +21,7 @@ _WHERE = {
     "BatchSizeSearch": "batchsize", "find_max_batch_size": "batchsize",
     "Claim": "claims", "Estimate": "claims", "claims_table_html": "claims", "interval_of": "claims",
     "CUDAPrefetcher": "dataloading", "DataLoaderTuning": "dataloading", "tune_dataloader": "dataloading",
+    "Diagnosis": "diagnosis", "Finding": "diagnosis", "diagnose": "diagnosis",
     "DeviceInfo": "device", "float32_matmul_precision": "device", "get_device": "device", "lookup_peaks": "device",
     "Comparison": "experiment", "RunResult": "experiment", "before_after": "experiment", "measure": "experiment",
     "ClaimSpec": "lesson", "Lesson": "lesson", "lesson": "lesson",
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # what an editor and a type checker see
     from .batchsize import BatchSizeSearch, find_max_batch_size
     from .claims import Claim, Estimate, claims_table_html, interval_of
     from .dataloading import CUDAPrefetcher, DataLoaderTuning, tune_dataloader
+    from .diagnosis import Diagnosis, Finding, diagnose
     from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
     from .experiment import Comparison, RunResult, before_after, measure
     from .flops import count_flops, mfu
@@ -65,6 +67,7 @@ __all__ = [
     "track", "StepTracker", "read_csv",
     "find_max_batch_size", "BatchSizeSearch", "tune_dataloader", "DataLoaderTuning", "CUDAPrefetcher",
     "Claim", "Estimate", "interval_of", "claims_table_html", "Comparison", "RunResult", "before_after", "measure",
+    "diagnose", "Diagnosis", "Finding",
     "NotebookResult", "load_result", "load_reference", "reference_view", "check_params", "fold",
     "plots", "widgets",
 ]

@@ -267,6 +267,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           VOCAB=_opt_int.sized(8192, smoke=128), MAX_BATCH=_opt_int.sized(512, smoke=16),
                           TRACK_STEPS=_opt_int.sized(100, smoke=10), TIMELINE_S=_opt_sec.sized(10.0, smoke=2.0),
                           N_DATA=_opt_int.sized(2048, smoke=64), MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05),
+                          DIAGNOSE_S=_opt_sec.sized(60.0, smoke=10.0),
                           RUN_NAME=Param(_run_name, "None or a short name: letters, digits, - and _")),
 }
 

@@ -14,6 +14,7 @@ CORE += ["tracker_overhead"]  # what a step tracker costs (notebook 09)
 CORE += ["host", "verdicts", "peak_search"]  # the host's kernel-launch time, recorded by every lesson
 CORE += ["folding"]  # gl.fold: a secondary output under one summary line
 TOOLS = ["dataloading", "feeds", "batchsize", "sweeps", "fused_loss", "workloads", "training", "distributed", "matmuls", "sampling"]
+TOOLS += ["diagnosis"]  # gl.diagnose: evidence, rules and trials over a user's training step
 OTHER = {"_rank", "__main__"}  # a rank's entry point, the CLI entry
 UPPER = ("gpulab.lessons", "gpulab.app", "gpulab.display")
 

@@ -31,7 +31,7 @@ REQUIRED = {
     "09_profiling": [r"torch\.profiler\.profile\(", r"schedule\(|schedule=", r"torch\.cuda\.nvtx\.range",
                      r"_record_memory_history\("],
     "10_multi_gpu": [r"DistributedDataParallel\(", r"fully_shard\(", r"dist\.all_reduce\("],
-    "11_your_model": [r"gl\.count_flops\(", r"gl\.mfu\(", r"gl\.Monitor\(", r"gl\.plots\.timeline\(",
+    "11_your_model": [r"gl\.diagnose\(", r"gl\.count_flops\(", r"gl\.mfu\(", r"gl\.Monitor\(", r"gl\.plots\.timeline\(",
                       r"gl\.track\(", r"gl\.profile\(", r"gl\.time_breakdown\(", r"gl\.step_memory\(",
                       r"gl\.find_syncs\(", r"gl\.find_max_batch_size\(", r"gl\.tune_dataloader\(",
                       r"gl\.before_after\(", r"torch\.autocast\(", r"\.backward\(\)"],

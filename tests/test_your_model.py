@@ -36,7 +36,7 @@ def test_smoke_run_records_every_tool(smoke_run):
     data, executed = smoke_run("11_your_model")
     assert data["smoke"] is True and data["params"]["BATCH"] == SCHEMAS["11_your_model"]["BATCH"].smoke
     extra = data["extra"]
-    for key in ("model", "step", "timeline", "tracker", "profile", "breakdown", "memory", "syncs", "batch_size",
+    for key in ("diagnosis", "model", "step", "timeline", "tracker", "profile", "breakdown", "memory", "syncs", "batch_size",
                 "dataloader", "failed", "seconds"):
         assert key in extra, key
     assert extra["model"]["class"] == "TinyLM" and extra["model"]["parameters"] > 0 and extra["failed"] == {}
@@ -45,7 +45,10 @@ def test_smoke_run_records_every_tool(smoke_run):
     assert extra["tracker"]["steps"] > 0 and extra["batch_size"]["max_fitting"] >= 1
     assert extra["dataloader"]["rows"] and extra["memory"]["peak_bytes"] > 0
     assert extra["syncs"] is None  # no CUDA in CI: the sync hunt cannot tell, and says so
-    assert [e["name"] for e in data["experiments"]] == ["my change"]
+    names = [e["name"] for e in data["experiments"]]  # the diagnosis's measured fix, where one was faster, leads
+    assert names[-1] == "my change" and all(n.startswith("diagnose: ") for n in names[:-1])
+    diagnosis = extra["diagnosis"]
+    assert diagnosis["kinds"] and diagnosis["evidence"]["gpu"] is False and diagnosis["needs_gpu"]
     assert [c["key"] for c in data["claims"]] == ["11.my_change"]
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o["output_type"] == "error"]
     assert not errors
@@ -160,7 +163,7 @@ def test_a_batchnorm_cnn_runs_to_the_end_in_its_own_named_result():
     assert search["tried"][0]["batch_size"] == 1 and "BatchNorm" in search["tried"][0]["error"]
     assert search["max_fitting"] >= 2 and any("batch 1 skipped" in n for n in search["notes"])
     assert data["extra"]["failed"] == {} and data["extra"]["dataloader"]["rows"]
-    assert [e["name"] for e in data["experiments"]] == ["my change"]
+    assert [e["name"] for e in data["experiments"]][-1] == "my change" and data["extra"]["diagnosis"]["kinds"]
     assert [c["key"] for c in data["claims"]] == ["11.my_change"]  # a GPU claim: not tested here, and saved
 
 
@@ -175,8 +178,40 @@ def test_a_hugging_face_style_lm_runs_to_the_end_and_a_failing_tool_does_not_sto
     failed = data["extra"]["failed"]
     assert list(failed) == ["batch-size search"] and "max_batch" in failed["batch-size search"]
     assert "batch_size" not in data["extra"] and data["extra"]["dataloader"]["rows"]  # section 8 ran
-    assert [e["name"] for e in data["experiments"]] == ["my change"]  # section 9 ran
+    assert [e["name"] for e in data["experiments"]][-1] == "my change"  # section 9 ran
     assert [c["key"] for c in data["claims"]] == ["11.my_change"]
-    assert data["experiments"][0]["after"]["summary"]["item_name"] == "tokens"
+    assert data["experiments"][-1]["after"]["summary"]["item_name"] == "tokens"
     shown = json.dumps(executed)
     assert "batch-size search failed on this model" in shown and "max_batch is needed" in shown
+
+
+def test_a_readers_model_gets_its_own_result_file_and_its_own_sizes():
+    """Without RUN_NAME, only the notebook's own two models write 11_your_model.json; a reader's model writes
+    11_your_model-<its class>.json, and the banner names its sizes, not the built-in models' defaults."""
+    import torch
+
+    from gpulab.lessons.your_model import model_sizes, result_stem
+
+    TinyLM = type("TinyLM", (torch.nn.Linear,), {"__module__": "__main__"})  # as the notebook defines it
+    Mine = type("ResNet18", (torch.nn.Linear,), {"__module__": "__main__"})
+    params = dict(BATCH=4, WIDTH=32, DEPTH=1, SEQ_LEN=32, VOCAB=128, IMAGE_SIZE=16)
+    assert result_stem(TinyLM(2, 2), None) == "11_your_model"
+    assert result_stem(Mine(2, 2), None) == "11_your_model-ResNet18"
+    assert result_stem(torch.nn.Linear(2, 2), None) == "11_your_model-Linear"
+    assert result_stem(Mine(2, 2), "bs32") == result_stem(TinyLM(2, 2), "bs32") == "11_your_model-bs32"
+    assert model_sizes(TinyLM(2, 2), 4, torch.zeros(4, 32), params) == dict(BATCH=4, WIDTH=32, DEPTH=1, SEQ_LEN=32,
+                                                                            VOCAB=128)
+    mine = model_sizes(Mine(3, 2), 8, torch.zeros(8, 3), params)
+    assert mine == {"model": "ResNet18", "parameters": 8, "BATCH": 8, "inputs": (8, 3)}
+    code = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    assert "result_stem(model, RUN_NAME)" in code and "model_sizes(model, BATCH, x" in code
+    assert code.index("class SmallCNN") < code.index("result_stem(model, RUN_NAME)")
+
+
+def test_the_diagnosis_is_the_first_result():
+    nb = json.loads(NOTEBOOK.read_text())
+    code = [("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "code"]
+    first = next(i for i, src in enumerate(code) if "class SmallCNN" in src) + 1
+    assert "diag = gl.diagnose(model, make_batch, loss_fn, batch_size=BATCH" in code[first]
+    shown = [ln for src in code[:first] for ln in src.splitlines() if ln.startswith(("print(", "display("))]
+    assert not shown  # nothing is shown before the diagnosis
