@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from .. import results as _results
 from ..checks import positive_int
 from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
 from .params import SCHEMAS, check_params
+from .run_folder import check_compare_apart, check_fresh_run_folder, run_record
+from .size_rules import too_big
 from ..results import TMP_MARK, ResultError, data_dir, load_result, results_dir, write_json_atomic
 from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
                       summary_tables, update_readme, write_summary)
@@ -71,6 +74,7 @@ class NotebookRun:
     output: str
     error: str = ""
     html: str = ""
+    result: str = ""  # the result file it wrote in this run
 
 
 @dataclass
@@ -251,6 +255,8 @@ def notebook_parameters(chosen: Sequence[Path], user: Mapping[str, Any], smoke: 
             check_params(params, nb.stem, unknown=True)
         if nb.stem in RULES and (why := RULES[nb.stem](params, smoke)):
             raise ValueError(f"{nb.stem}: {why}")
+        if why := too_big(user, names[nb.stem], _memory_bytes()):
+            raise ValueError(f"{nb.stem}: {why}")
         out[nb.stem] = params
     return out
 
@@ -362,7 +368,10 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     if html:
         from .html_export import check_available
         check_available()
+    if os.environ.get("GPULAB_RESULTS"):  # a file, a read-only or a reference folder: said before any work
+        check_out_dir(_results.results_dir(), "GPULAB_RESULTS")
     out = check_out_dir(out) if out is not None else new_run_dir()
+    check_compare_apart(out, compare)
     out.mkdir(parents=True, exist_ok=True)
     run_results = Path(results) if results else out / "results"
     if _inside(run_results, NOTEBOOK_DIR):
@@ -373,6 +382,7 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     env[AS_REFERENCE_ENV] = "1" if as_reference else ""
 
     with run_lock(out):
+        check_fresh_run_folder(out, run_results)
         return _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compare, ref_problems,
                            timeout_s, html, show_all, progress)
 
@@ -394,7 +404,7 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
                         f"({done})")
     finally:
         bar.close()
-    write_json_atomic(out / "runs.json", [r.__dict__ for r in course.runs])
+    write_json_atomic(out / "runs.json", run_record(course.runs))
     failed = [r.notebook for r in course.runs if not r.ok]
     if show_all:
         source = latest / slug
@@ -406,7 +416,8 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
         heading = f"This run's results only (`{source}`); `--all` shows the latest result of every notebook."
         ran = {r.notebook for r in course.runs}
         expected = [nb.stem for nb in chosen if nb.stem not in failed and nb.stem in ran]
-    exclude = [] if show_all else failed
+    own = {Path(r.result).name for r in course.runs if r.result}  # never another run's file in this run's summary
+    exclude = [] if show_all else failed + [p.stem for p in source.glob("[0-9][0-9]_*.json") if p.name not in own]
     course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
                                                           exclude=exclude, problems=problems, heading=heading)
     # what the summary found (a corrupt or misnamed file) goes to the terminal and the exit code too, once
@@ -451,6 +462,7 @@ def _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, la
             if written is None:
                 problems.append(f"{nb.stem} ran but wrote no result file under {run_results}")
             else:
+                run.result = str(written)
                 _publish_latest(written, latest / written.parent.name, problems)
         if html and dest.exists():
             from .html_export import export_html
