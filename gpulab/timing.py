@@ -241,14 +241,6 @@ def check_timeable(fn: Any, name: str = "fn") -> None:
                              "does not run its body, so there is nothing to time; wrap it, e.g. lambda: list(gen())")
 
 
-def check_result(result: Any, name: str = "fn") -> None:
-    """Refuse a call whose result is a generator or coroutine (`lambda: gen()`): its body never ran."""
-    if inspect.isgenerator(result) or inspect.iscoroutine(result) or inspect.isasyncgen(result):
-        getattr(result, "close", lambda: None)()  # no "coroutine was never awaited" warning besides
-        raise ValueError(f"{name} returns a generator or coroutine: calling it does not run its body, so there is "
-                         "nothing to time; time the work itself, e.g. lambda: list(gen())")
-
-
 def _on_cuda(device: torch.device | str | None) -> bool:
     if device is None:
         return torch.cuda.is_available()
@@ -276,10 +268,7 @@ def _warm_up(fn: Callable[[], Any], sync: Callable[[], Any], clock: Callable[[],
         n = min(batch, max_calls - warm)
         b0 = clock()
         for _ in range(n):
-            if warm:
-                fn()
-            else:
-                check_result(fn())
+            fn() if warm else checks.timeable_result(fn())  # `lambda: gen()` only makes a generator: refused
         issued = clock()
         sync()
         done = clock()

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import checks
 from .flops import mfu as _mfu
 from .text import pct, si
 
@@ -199,7 +200,7 @@ class StepTracker:
             if self._stopped:
                 raise RuntimeError(self._stopped_message())
             self.start()
-        check_items(items)
+        checks.positive_float("items", items, allow_none=True, allow_zero=True)  # -5 would read as -312 samples/s
         self._n += 1
         self._since += 1
         if self._items_acc is not None:
@@ -439,13 +440,6 @@ class StepTracker:
     def to_dict(self) -> dict[str, Any]:
         """The summary and every step record, JSON-ready."""
         return {"summary": self.summary(), "records": [asdict(r) for r in self.records]}
-
-
-def check_items(items: Any) -> None:
-    """Refuse an item count that is not a finite number >= 0 (-5 items would read as a negative throughput)."""
-    if items is not None and (isinstance(items, bool) or not isinstance(items, (int, float))
-                              or not math.isfinite(items) or items < 0):
-        raise ValueError(f"items={items!r} must be a finite number >= 0 (or None: items_per_step)")
 
 
 def track(*, flops_per_step: float | None = None, items_per_step: float | None = None, item_name: str = "samples",

@@ -25,12 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .. import results as _results
 from ..checks import positive_int
 from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
-from .params import SCHEMAS, check_params
-from .run_folder import check_compare_apart, check_fresh_run_folder, run_record
-from .size_rules import too_big
+from .params import SCHEMAS, check_params, too_big
+from .run_folder import check_run_targets, not_this_runs, run_record
 from ..results import TMP_MARK, ResultError, data_dir, load_result, results_dir, write_json_atomic
 from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
                       summary_tables, update_readme, write_summary)
@@ -368,10 +366,8 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     if html:
         from .html_export import check_available
         check_available()
-    if os.environ.get("GPULAB_RESULTS"):  # a file, a read-only or a reference folder: said before any work
-        check_out_dir(_results.results_dir(), "GPULAB_RESULTS")
     out = check_out_dir(out) if out is not None else new_run_dir()
-    check_compare_apart(out, compare)
+    check_run_targets(out, compare, results, check_out_dir)  # nothing a run did not make is touched
     out.mkdir(parents=True, exist_ok=True)
     run_results = Path(results) if results else out / "results"
     if _inside(run_results, NOTEBOOK_DIR):
@@ -382,7 +378,6 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     env[AS_REFERENCE_ENV] = "1" if as_reference else ""
 
     with run_lock(out):
-        check_fresh_run_folder(out, run_results)
         return _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compare, ref_problems,
                            timeout_s, html, show_all, progress)
 
@@ -416,8 +411,7 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
         heading = f"This run's results only (`{source}`); `--all` shows the latest result of every notebook."
         ran = {r.notebook for r in course.runs}
         expected = [nb.stem for nb in chosen if nb.stem not in failed and nb.stem in ran]
-    own = {Path(r.result).name for r in course.runs if r.result}  # never another run's file in this run's summary
-    exclude = [] if show_all else failed + [p.stem for p in source.glob("[0-9][0-9]_*.json") if p.name not in own]
+    exclude = [] if show_all else failed + not_this_runs(source, course.runs)
     course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
                                                           exclude=exclude, problems=problems, heading=heading)
     # what the summary found (a corrupt or misnamed file) goes to the terminal and the exit code too, once

@@ -2,7 +2,9 @@
 it compares with, and a summary replaces only a summary that gpulab wrote (its marker line says so)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Callable
 
 SUMMARY_MARK = "<!-- written by gpulab summary: it replaces this file, and no other -->"
 PNG_MARK = "gpulab summary"  # in summary.png's metadata (Software)
@@ -22,6 +24,28 @@ def check_compare_apart(out: Path, compare: Path | None) -> None:
     if compare is not None and (_inside(compare, out) or _inside(out, compare)):
         raise ValueError(f"--compare {compare} is inside --out {out} (or holds it): the run would overwrite the "
                          "results it compares with; give another --out, e.g. runs/mine")
+
+
+def check_run_targets(out: Path, compare: Path | None, results: Path | str | None,
+                      check_folder: Callable[[Path, str], Path]) -> None:
+    """Before any work: --compare is apart from --out, --out holds no earlier run's files (unless a live run holds
+    its lock: the lock says so), and a GPULAB_RESULTS that is set can be written (not a file, not read-only, not
+    the committed reference runs)."""
+    from .course import LOCK_NAME
+
+    check_compare_apart(out, compare)
+    if not (out / LOCK_NAME).exists():
+        check_fresh_run_folder(out, Path(results) if results else out / "results")
+    if os.environ.get("GPULAB_RESULTS"):
+        from ..results import results_dir
+
+        check_folder(results_dir(), "GPULAB_RESULTS")
+
+
+def not_this_runs(source: Path, runs: list) -> list[str]:
+    """The result files in `source` that this run did not write (kept out of its summary)."""
+    own = {Path(r.result).name for r in runs if r.result}
+    return [p.stem for p in source.glob("[0-9][0-9]_*.json") if p.name not in own]
 
 
 def earlier_run_files(out: Path, results: Path) -> list[Path]:
