@@ -299,7 +299,7 @@ class Claim:
         again: interleaved rounds' ratios, other measurements of the shape) widen the interval to cover their
         spread (`with_repeats`). NaN, inf, None or a non-scalar gives "not tested", never a verdict.
         """
-        measured, interval, converted = as_claim_unit(measured, interval, self.unit, self.low, self.text)
+        measured, interval, converted = as_claim_unit(measured, interval, self.unit)
         note = "; ".join(filter(None, (note, converted)))
         est = estimate_of(measured if interval is None else (measured, interval))
         if est is None:

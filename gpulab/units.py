@@ -2,7 +2,6 @@
 none of them is refused, and a fraction of 1 (`gl.mfu`'s 0.45) meets a percent band as 45%."""
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 SPELLINGS = {"X": "x", "×": "x", "times": "x", "percent": "%", "pct": "%"}
@@ -27,15 +26,12 @@ def normalise_unit(unit: Any, text: str = "") -> str:
     return u
 
 
-def as_claim_unit(measured: Any, interval: Any, unit: str, low: float | None, text: str) -> tuple[Any, Any, str]:
-    """(measured, interval, note) in the claim's unit: a `Share` against a "%" band is multiplied by 100; a plain
-    number between 0 and 1 against a band of whole percents warns that it looks like a fraction."""
+def as_claim_unit(measured: Any, interval: Any, unit: str) -> tuple[Any, Any, str]:
+    """(measured, interval, note) in the claim's unit: a `Share` (`gl.mfu`'s fraction) against a "%" band is
+    multiplied by 100, and the note says so. (A plain number is taken as given: a CPU's MFU is rightly 0.3%.)"""
     if unit != "%" or isinstance(measured, bool):
         return measured, interval, ""
     if isinstance(measured, Share):
         scaled = None if interval is None else (100 * interval[0], 100 * interval[1])
         return 100 * float(measured), scaled, "measured as a fraction (gl.mfu), shown in percent"
-    if isinstance(measured, (int, float)) and 0 < measured <= 1 and low is not None and low >= 5:
-        warnings.warn(f"Claim {text!r} expects percent ({low:g}% or more) and was given {measured:g}, which looks "
-                      "like a fraction: pass 100 * value (gl.mfu returns a fraction of 1)", stacklevel=3)
     return measured, interval, ""

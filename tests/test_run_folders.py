@@ -174,3 +174,20 @@ def test_wall_seconds_of_the_summary_and_the_runner_say_what_they_count(tmp_path
     text = (out / "summary.md").read_text()
     assert "wall (s)" in text and "from the lesson's first cell to its save" in text
     assert "kernel start to end" in capsys.readouterr().out
+
+
+def test_the_summary_shows_only_the_results_this_run_wrote(tmp_path, monkeypatch, capsys):
+    """Item 2: a result another writer leaves in the run's folder meanwhile is not this run's row."""
+    def execute(src, dst, **kwargs):
+        make_result(Path(src).stem, speedup=2.0).save(os.environ["GPULAB_RESULTS"])
+        make_result("07_mixed_precision", speedup=3.0).save(os.environ["GPULAB_RESULTS"])  # not this run's
+        Path(dst).write_text("{}")
+
+    import gpulab.device
+    from test_results import H100
+
+    monkeypatch.setattr(pm, "execute_notebook", execute)
+    monkeypatch.setattr(gpulab.device, "get_device", lambda *a, **k: H100)  # the summary reads the results' device
+    assert main(["run", "01", "--smoke", "--out", str(tmp_path / "run")]) == 0
+    text = (tmp_path / "run" / "summary.md").read_text()
+    assert "01_measuring" in text and "07_mixed_precision" not in text
