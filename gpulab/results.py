@@ -50,6 +50,8 @@ def _results_from_env(env: str) -> Path:
         path = (Path(start) if start and os.path.isdir(start) else Path.cwd()) / path
         os.environ["GPULAB_RESULTS"] = str(path)
         print(f"gpulab: GPULAB_RESULTS={env} is relative: results go to {path}", file=sys.stderr)
+    if path.exists() and not path.is_dir():  # found here, where a lesson starts, not at its save
+        raise ValueError(f"GPULAB_RESULTS={env} is a file; set it to a folder (or unset it for data/results)")
     reference = (data_dir() / "reference").resolve()
     if path.resolve() == reference or reference in path.resolve().parents:
         raise ValueError(f"GPULAB_RESULTS={env} is inside {reference}: the committed reference runs are never "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import gpulab as gl
 from gpulab import results
 from gpulab.__main__ import main
 from gpulab.app import course
@@ -111,6 +112,13 @@ def test_gpulab_results_that_cannot_be_written_is_refused_before_any_notebook(tm
     monkeypatch.setenv("GPULAB_RESULTS", str(target))
     assert main(["run", "01", "--smoke", "--out", str(tmp_path / "run")]) == 2
     assert "GPULAB_RESULTS" in _err_line(capsys.readouterr().err) and not fake_papermill
+
+
+def test_gpulab_results_naming_a_file_is_refused_where_a_lesson_starts(tmp_path, monkeypatch):
+    (tmp_path / "res").write_text("not a folder")
+    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path / "res"))
+    with pytest.raises(ValueError, match="GPULAB_RESULTS=.* is a file"):
+        gl.lesson("01_measuring", {"SMOKE": True}, show=False)
 
 
 def test_a_relative_gpulab_results_resolves_once_against_the_starting_folder(tmp_path, monkeypatch, capsys):
