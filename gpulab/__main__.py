@@ -1,8 +1,8 @@
 """Command line: `python -m gpulab info [--measure]`, `check`, `run [--smoke|--full] [NN ...]`, `summary DIR`.
 
 Usage errors (a bad option, parameter, folder or file) print one line naming it and exit 2 before any work.
-Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), each after one line; a full disk ends in one line naming
-the file, exit 1.
+Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129 (128 + the signal), each after one line; a full disk ends in one
+line naming the file, exit 1.
 """
 from __future__ import annotations
 
@@ -117,7 +117,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _exit_code(stopped_by: str) -> int:
-    """128 + the signal's number, as a shell reports a process it stopped: 130 for Ctrl-C, 143 for SIGTERM."""
+    """128 + the signal's number, as a shell reports a process it stopped: 130 for Ctrl-C, 143 for SIGTERM, 129 for
+    SIGHUP."""
     import signal
 
     name = "SIGINT" if stopped_by in ("", "Ctrl-C") else stopped_by

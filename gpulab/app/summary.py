@@ -27,10 +27,10 @@ from ..results import ResultError, load_result, write_text_atomic
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
                "verdict; \"settled without measuring\" holds claims confirmed or refuted by arithmetic, a datasheet "
                "or a definition. The verdict columns count the guide's claims; the course's own targets (floors and "
-               "checks the course sets itself) are counted apart. The wall (s) is the lesson's own time, from the lesson's "
-               "first cell to its save (the runner's seconds add the kernel's start and papermill's writing). "
-               "The headline gain is the optimisation each "
-               "lesson teaches, on equal work, with its 95% interval.")
+               "checks the course sets itself) are counted apart. The wall (s) is the lesson's own time, from the "
+               "lesson's first cell to its save (the runner's seconds add the kernel's start and papermill's "
+               "writing). The headline gain is the optimisation each lesson teaches, on equal work, with its 95% "
+               "interval.")
 NOT_SPEED = "smoke run: not a speed measurement"
 
 RESULT_GLOB = "[0-9][0-9]_*.json"
