@@ -1,8 +1,8 @@
 """Command line: `python -m gpulab info [--measure]`, `check`, `run [--smoke|--full] [NN ...]`, `summary DIR`.
 
 Usage errors (a bad option, parameter, folder or file) print one line naming it and exit 2 before any work.
-Ctrl-C exits 130 and SIGTERM 143 (128 + the signal), each after one line; a full disk ends in one line naming
-the file, exit 1.
+Ctrl-C exits 130, SIGTERM 143 and SIGHUP 129 (128 + the signal), each after one line; a full disk ends in one
+line naming the file, exit 1.
 """
 from __future__ import annotations
 
@@ -103,6 +103,8 @@ def _run(args: argparse.Namespace) -> int:
     for r in course.runs:
         status = "ok  " if r.ok else "FAIL"
         print(f"{status} {r.notebook:<22} {r.seconds:6.1f} s  {r.output}" + (f"\n     {r.error}" if r.error else ""))
+    if course.runs:  # the summary's wall (s) is the lesson's own time, from its first cell to its save
+        print("(seconds per notebook: kernel start to end, papermill's writing included)")
     for problem in course.problems:  # what the summary lists under Problems shows here too
         print(f"problem: {problem}", file=sys.stderr)
     print(f"summary: {course.summary_md}\n         {course.summary_png}")
@@ -115,7 +117,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _exit_code(stopped_by: str) -> int:
-    """128 + the signal's number, as a shell reports a process it stopped: 130 for Ctrl-C, 143 for SIGTERM."""
+    """128 + the signal's number, as a shell reports a process it stopped: 130 for Ctrl-C, 143 for SIGTERM, 129 for
+    SIGHUP."""
     import signal
 
     name = "SIGINT" if stopped_by in ("", "Ctrl-C") else stopped_by
@@ -123,33 +126,39 @@ def _exit_code(stopped_by: str) -> int:
 
 
 class _SigtermStopsTheRun:
-    """While a run goes, SIGTERM (a job scheduler, `timeout`) is handled like Ctrl-C: it raises `Stopped` in the
-    main thread, so the runner writes the summary of what finished and removes its lock. Off the main thread,
-    where no handler can be set, SIGTERM is left as it is."""
+    """While a run goes, SIGTERM (a job scheduler, `timeout`) and SIGHUP (a closed terminal, a dropped ssh session)
+    are handled like Ctrl-C: they raise `Stopped` in the main thread, so the runner writes the summary of what
+    finished and removes its lock. Off the main thread, where no handler can be set, they are left as they are."""
 
     def __enter__(self) -> None:
         import signal
 
-        try:
-            self.previous = signal.signal(signal.SIGTERM, self._stop)
-        except ValueError:  # not the main thread
-            self.previous = None
+        self.previous = {}
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            try:
+                if sig is not None:
+                    self.previous[sig] = signal.signal(sig, self._stop)
+            except ValueError:  # not the main thread
+                pass
 
     def __exit__(self, *exc: object) -> None:
         import signal
 
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
 
     @staticmethod
     def _stop(signum: int, frame: object) -> None:
+        import signal
+
         from .app.faults import Stopped
 
-        raise Stopped("SIGTERM")
+        raise Stopped(signal.Signals(signum).name)
 
 
 def _summary(args: argparse.Namespace) -> int:
     from .app.course import check_out_dir, check_reference_dir
+    from .app.run_folder import check_summary_target
     from .app.summary import RESULT_GLOB, update_readme, write_summary
 
     folder = args.results
@@ -160,8 +169,10 @@ def _summary(args: argparse.Namespace) -> int:
     if not any(folder.glob(RESULT_GLOB)):
         raise ValueError(f"{folder} holds no result files (NN_name.json); a run keeps them in "
                          "<run folder>/results/<gpu>/")
+    check_reference_dir(folder, "summary")  # none of its files loads: say so, write no empty summary
     compare = check_reference_dir(args.compare)
     out = check_out_dir(args.out) if args.out is not None else folder
+    check_summary_target(out)
     if args.readme:  # refuse a smoke or CPU run, or a README without the section, before writing anything
         from .app.summary import README_MARKERS, check_reference_results, collect
         if not args.readme.is_file() or README_MARKERS[0] not in args.readme.read_text(errors="replace"):
@@ -366,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
 
         where = f": {e.filename}" if e.filename else ""
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            print(f"gpulab: {e.strerror}{where}; free some space (or give --out on another disk) and run again",
-                  file=sys.stderr)
+            elsewhere = " (or give --out on another disk)" if "out" in vars(args) else ""  # `api` has no --out
+            print(f"gpulab: {e.strerror}{where}; free some space{elsewhere} and run again", file=sys.stderr)
         else:
             print(f"gpulab: {e.strerror or e}{where}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ refuse both, so a bad value fails before any work starts instead of busy-looping
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Iterable
 
@@ -50,3 +51,11 @@ def sequence_of(name: str, value: Any, check, *, allow_none: bool = False) -> li
         extra = " (or None)" if allow_none else ""
         raise ValueError(f"{name}={value!r} must be a non-empty list{extra}")
     return [check(f"{name}[{i}]", v) for i, v in enumerate(value)]
+
+
+def timeable_result(result: Any, name: str = "fn") -> None:
+    """Refuse a call whose result is a generator or coroutine (`lambda: gen()`): its body never ran."""
+    if inspect.isgenerator(result) or inspect.iscoroutine(result) or inspect.isasyncgen(result):
+        getattr(result, "close", lambda: None)()  # no "coroutine was never awaited" warning besides
+        raise ValueError(f"{name} returns a generator or coroutine: calling it does not run its body, so there is "
+                         "nothing to time; time the work itself, e.g. lambda: list(gen())")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .text import sig
+from .units import as_claim_unit, normalise_unit
 
 VERDICTS = ("confirmed", "refuted", "inconclusive", "not comparable", "not tested")
 EVIDENCE = ("measured", "arithmetic", "datasheet", "definition")
@@ -266,6 +267,7 @@ class Claim:
 
     def __post_init__(self):
         self.origin = self.origin or origin_of(self.source)
+        self.unit = normalise_unit(self.unit, self.text)
         if self.origin not in ORIGINS:
             raise ValueError(f"origin={self.origin!r}; allowed: {', '.join(ORIGINS)}")
         for name in ("low", "high"):
@@ -324,6 +326,8 @@ class Claim:
         again: interleaved rounds' ratios, other measurements of the shape) widen the interval to cover their
         spread (`with_repeats`). NaN, inf, None or a non-scalar gives "not tested", never a verdict.
         """
+        measured, interval, converted = as_claim_unit(measured, interval, self.unit)
+        note = "; ".join(filter(None, (note, converted)))
         est = estimate_of(measured if interval is None else (measured, interval))
         if est is None:
             return self.untestable(note or "no finite measurement")

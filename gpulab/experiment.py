@@ -12,6 +12,7 @@ from .claims import Claim, Estimate, as_number, log_t_interval, median_interval
 from .text import pct, ratio as _ratio, si
 from .device import DeviceInfo, MeasuredPeaks, check_dtype, get_device, synchronize
 from .flops import mfu as _mfu
+from .global_state import StateWatch
 from .monitor import Monitor, Trace
 from .profiling import ProfileSummary, profile as _profile
 from .timing import ROUND, Measurement, Speedup, benchmark, fmt_time, speedup, time_calls
@@ -459,9 +460,12 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     common = dict(item_name=item_name, min_time_s=min_time_s, monitor=monitor, profile=profile, device=device,
                   peaks=peaks, pipeline=pipeline)
     a_dtype = after_dtype or dtype
+    watch = StateWatch()  # a side that leaves threads or precision changed slows or speeds the other's rounds
     b = measure(before, label=before_label, flops=flops, dtype=dtype, items=items, peak_dtype=peak_dtype, **common)
+    watch.after(before_label)
     a = measure(after, label=after_label, flops=flops if after_flops is None else after_flops,
                 dtype=a_dtype, items=items if after_items is None else after_items, peak_dtype=peak_dtype, **common)
+    watch.after(after_label)
     if interleave and rounds:
         round_s = round_s or (min_time_s or default_min_time(device)) / 4
         for i in tqdm(range(rounds), desc=f"{name}: interleaved rounds", leave=False, disable=not progress):
@@ -471,4 +475,5 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
                          benchmark(fn, min_time_s=round_s, device=device.torch_device, **ROUND))
                 run.measurement = run.measurement.merged(extra)
                 run.measurement.meta["interleaved_rounds"] = i + 1
-    return Comparison(name=name, before=b, after=a, device=device.name, kind=kind)
+                watch.after(run.label)
+    return Comparison(name=name, before=b, after=a, device=device.name, kind=kind, notes=watch.notes())

@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .units import Share
+
 
 def _positive(**kwargs: float) -> None:
     for name, value in kwargs.items():
@@ -123,4 +125,4 @@ def mfu(flops: float, seconds: float, peak_tflops: float | None, *, measured_pea
     if value > 1.0:
         warnings.warn(f"MFU {value:.0%} is over 100%: the FLOP count or the peak ({peak_tflops} TFLOP/s) is wrong",
                       stacklevel=2)
-    return value
+    return Share(value)  # a fraction of 1: a claim in percent converts it

@@ -24,7 +24,7 @@ from .claims import SMOKE_NOTE, Claim
 from .device import DeviceInfo, get_device
 from .dtypes import dtype_support
 from .host import host_speed, launch_range_us, recorded_host
-from .results import NotebookResult, load_reference, making_reference
+from .results import NotebookResult, load_reference, making_reference, results_dir
 
 # What a claim may need, and how to tell whether this run has it: need -> (test(lesson) -> reason or None).
 NEEDS: dict[str, Callable[[Lesson], str | None]] = {}
@@ -310,6 +310,7 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None 
     extra = sorted(set(smoke) - set(full))
     if extra:
         raise ValueError(f"smoke sizes {extra} have no full size; give each in full= too")
+    results_dir()  # a GPULAB_RESULTS inside the reference runs stops here, before any work
     device = device or get_device()
     small = bool(namespace.get("SMOKE", False)) or not device.is_cuda
     schema = SCHEMAS.get(name, {})

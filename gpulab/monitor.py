@@ -294,6 +294,8 @@ class Monitor:
         """Stop recording, take the last samples and return the trace."""
         if self._thread is None:
             raise RuntimeError("Monitor.stop() called before start()")
+        if self._stop.is_set():  # stopped already (its `with` block ended): the window is closed, keep it as it is
+            return self.trace
         self._stop.set()
         self._thread.join()
         t = time.perf_counter() - self._t0

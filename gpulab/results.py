@@ -13,6 +13,7 @@ import html
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,25 @@ def data_dir() -> Path:
 def results_dir() -> Path:
     """Where runs write their results: $GPULAB_RESULTS, or data/results (git-ignored)."""
     env = os.environ.get("GPULAB_RESULTS")
-    return Path(env) if env else data_dir() / "results"
+    return _results_from_env(env) if env else data_dir() / "results"
+
+
+def _results_from_env(env: str) -> Path:
+    """$GPULAB_RESULTS, resolved once: a relative path against the folder the shell set it in ($PWD; under Jupyter
+    the kernel starts in notebooks/), said in one line; refused inside the committed reference runs."""
+    path = Path(env).expanduser()
+    if not path.is_absolute():
+        start = os.environ.get("PWD", "")
+        path = (Path(start) if start and os.path.isdir(start) else Path.cwd()) / path
+        os.environ["GPULAB_RESULTS"] = str(path)
+        print(f"gpulab: GPULAB_RESULTS={env} is relative: results go to {path}", file=sys.stderr)
+    if path.exists() and not path.is_dir():  # found here, where a lesson starts, not at its save
+        raise ValueError(f"GPULAB_RESULTS={env} is a file; set it to a folder (or unset it for data/results)")
+    reference = (data_dir() / "reference").resolve()
+    if path.resolve() == reference or reference in path.resolve().parents:
+        raise ValueError(f"GPULAB_RESULTS={env} is inside {reference}: the committed reference runs are never "
+                         "overwritten by a run; unset it or choose another folder, e.g. runs/mine")
+    return path
 
 
 def _clean(x: Any) -> Any:
@@ -238,6 +257,9 @@ def validate(data: Any, source: str = "result") -> dict[str, Any]:
             raise ResultError(f"{source}: experiment {i} needs 'name', 'before', 'after', 'speedup'")
         if not _is_number(e["speedup"]):
             raise ResultError(f"{source}: experiment {e['name']!r} 'speedup' must be a number, got {e['speedup']!r}")
+        ratios = [e.get("ratio")] + list(e.get("ratio_interval") or [])
+        if any(r is not None and not _is_number(r) for r in ratios):
+            raise ResultError(f"{source}: experiment {e['name']!r} 'ratio' and its interval must be finite numbers")
         for side in ("before", "after"):
             if not isinstance(e[side], dict) or not isinstance(e[side].get("summary"), dict):
                 raise ResultError(f"{source}: experiment {e['name']!r} '{side}' needs a 'summary' object")

@@ -268,7 +268,7 @@ def _warm_up(fn: Callable[[], Any], sync: Callable[[], Any], clock: Callable[[],
         n = min(batch, max_calls - warm)
         b0 = clock()
         for _ in range(n):
-            fn()
+            fn() if warm else checks.timeable_result(fn())  # `lambda: gen()` only makes a generator: refused
         issued = clock()
         sync()
         done = clock()

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import checks
 from .flops import mfu as _mfu
 from .text import pct, si
 
@@ -199,6 +200,7 @@ class StepTracker:
             if self._stopped:
                 raise RuntimeError(self._stopped_message())
             self.start()
+        checks.positive_float("items", items, allow_none=True, allow_zero=True)  # -5 would read as -312 samples/s
         self._n += 1
         self._since += 1
         if self._items_acc is not None:

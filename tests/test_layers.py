@@ -13,6 +13,7 @@ CORE = ["checks", "text", "claims", "compiler", "params", "dtypes", "memory", "d
 CORE += ["tracker_overhead"]  # what a step tracker costs (notebook 09)
 CORE += ["host", "verdicts", "peak_search"]  # the host's kernel-launch time, recorded by every lesson
 CORE += ["folding"]  # gl.fold: a secondary output under one summary line
+CORE += ["units", "global_state"]  # a claim's unit, and a fraction (gl.mfu) beside a percent band
 TOOLS = ["dataloading", "feeds", "batchsize", "sweeps", "fused_loss", "workloads", "training", "distributed", "matmuls", "sampling"]
 TOOLS += ["diagnosis"]  # gl.diagnose: evidence, rules and trials over a user's training step
 OTHER = {"_rank", "__main__"}  # a rank's entry point, the CLI entry

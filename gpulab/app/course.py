@@ -27,7 +27,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..checks import positive_int
 from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
-from .params import SCHEMAS, check_params
+from .params import SCHEMAS, check_params, too_big
+from .run_folder import check_run_targets, not_this_runs, run_record
 from ..results import TMP_MARK, ResultError, data_dir, load_result, results_dir, write_json_atomic
 from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
                       summary_tables, update_readme, write_summary)
@@ -71,6 +72,7 @@ class NotebookRun:
     output: str
     error: str = ""
     html: str = ""
+    result: str = ""  # the result file it wrote in this run
 
 
 @dataclass
@@ -251,6 +253,8 @@ def notebook_parameters(chosen: Sequence[Path], user: Mapping[str, Any], smoke: 
             check_params(params, nb.stem, unknown=True)
         if nb.stem in RULES and (why := RULES[nb.stem](params, smoke)):
             raise ValueError(f"{nb.stem}: {why}")
+        if why := too_big(user, names[nb.stem], _memory_bytes()):
+            raise ValueError(f"{nb.stem}: {why}")
         out[nb.stem] = params
     return out
 
@@ -363,6 +367,7 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
         from .html_export import check_available
         check_available()
     out = check_out_dir(out) if out is not None else new_run_dir()
+    check_run_targets(out, compare, results, check_out_dir)  # nothing a run did not make is touched
     out.mkdir(parents=True, exist_ok=True)
     run_results = Path(results) if results else out / "results"
     if _inside(run_results, NOTEBOOK_DIR):
@@ -394,7 +399,7 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
                         f"({done})")
     finally:
         bar.close()
-    write_json_atomic(out / "runs.json", [r.__dict__ for r in course.runs])
+    write_json_atomic(out / "runs.json", run_record(course.runs))
     failed = [r.notebook for r in course.runs if not r.ok]
     if show_all:
         source = latest / slug
@@ -406,7 +411,7 @@ def _run_locked(chosen, per_notebook, out, run_results, latest, slug, env, compa
         heading = f"This run's results only (`{source}`); `--all` shows the latest result of every notebook."
         ran = {r.notebook for r in course.runs}
         expected = [nb.stem for nb in chosen if nb.stem not in failed and nb.stem in ran]
-    exclude = [] if show_all else failed
+    exclude = [] if show_all else failed + not_this_runs(source, course.runs)
     course.summary_md, course.summary_png = write_summary(source, out, compare=compare, expected=expected,
                                                           exclude=exclude, problems=problems, heading=heading)
     # what the summary found (a corrupt or misnamed file) goes to the terminal and the exit code too, once
@@ -451,6 +456,7 @@ def _run_notebooks(bar, pm, course, problems, per_notebook, out, run_results, la
             if written is None:
                 problems.append(f"{nb.stem} ran but wrote no result file under {run_results}")
             else:
+                run.result = str(written)
                 _publish_latest(written, latest / written.parent.name, problems)
         if html and dest.exists():
             from .html_export import export_html

@@ -27,8 +27,10 @@ from ..results import ResultError, load_result, named, write_text_atomic
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
                "verdict; \"settled without measuring\" holds claims confirmed or refuted by arithmetic, a datasheet "
                "or a definition. The verdict columns count the guide's claims; the course's own targets (floors and "
-               "checks the course sets itself) are counted apart. The headline gain is the optimisation each "
-               "lesson teaches, on equal work, with its 95% interval.")
+               "checks the course sets itself) are counted apart. The wall (s) is the lesson's own time, from the "
+               "lesson's first cell to its save (the runner's seconds add the kernel's start and papermill's "
+               "writing). The headline gain is the optimisation each lesson teaches, on equal work, with its 95% "
+               "interval.")
 NOT_SPEED = "smoke run: not a speed measurement"
 
 RESULT_GLOB = "[0-9][0-9]_*.json"
@@ -50,11 +52,15 @@ def collect(folder: Path | str, expected: Sequence[str] = (),
         return found, [f"no results folder {folder}"]
     misnamed: list[tuple[Path, str]] = []
     for path in sorted(folder.glob(RESULT_GLOB)):
+        if not path.is_file():  # a named pipe or a device would hang the read
+            problems.append(f"skipped {path.name}: not a regular file")
+            continue
         try:
             data = load_result(path)
         except ResultError as e:
             problems.append(f"skipped {path.name}: {str(e).removeprefix(str(path) + ': ')}")
             continue
+        problems += unknown_verdicts(data, path.name)
         if data["notebook"] != path.stem:
             misnamed.append((path, data["notebook"]))
         elif path.stem not in exclude:
@@ -410,12 +416,13 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
 
     from .cpu_reference import default_compare, figure_inputs
 
+    check_summary_target(Path(out))
     results, found_problems = collect(results_dir, expected, exclude)
     compare, chosen = default_compare(results, compare)  # a CPU run: the reference GPU's numbers beside it
     reference, ref_problems = collect(compare) if compare else ({}, [])
-    device = next(iter(results.values()))["device"].get("name", "unknown device") if results else "unknown device"
-    smoke = any(d.get("smoke") for d in results.values())
-    md = [f"# gpulab summary: {device}{' (smoke run)' if smoke else ''}", ""]
+    groups = device_groups(results)
+    device = ", ".join(name for name, _ in groups) or "unknown device"
+    md = [summary_title(results, groups), ""]
     if heading:
         md += [heading, ""]
     if compare:
@@ -429,11 +436,7 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
         if mine_host and ref_host:
             md += [f"Host launch speed (self-check): {mine_host['launch_us']:.3g} µs per eager kernel launch here, "
                    f"{ref_host['launch_us']:.3g} µs in the reference.", ""]
-    not_speed = sorted({w for d in results.values() if (w := not_a_speed_run(d))})
-    if not_speed:
-        md += [f"{'; '.join(not_speed)}: the timings check that the code runs; no gain, speed verdict or timing "
-               "claim is shown or judged.", ""]
-    md += [notebook_table(results), "", COUNTS_NOTE, "", summary_tables(results, reference)]
+    md += device_sections(groups, reference)
     flags = flagged(results) + [f"reference {f}" for f in flagged(reference)]
     if flags:
         md += ["", "## Flagged: implausible ratios", ""] + [f"- {f}" for f in flags]
@@ -443,15 +446,17 @@ def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | s
     if all_problems:
         md += ["", "## Problems", ""] + [f"- {p}" for p in all_problems]
     out = Path(out)
-    md_path = write_text_atomic(out / "summary.md", "\n".join(md) + "\n")
+    md_path = write_text_atomic(out / "summary.md", "\n".join(md + ["", SUMMARY_MARK]) + "\n")
     with matplotlib.rc_context():
         fig_results, fig_reference, title = figure_inputs(results, reference, device, not_a_speed_run)
         fig = summary_figure(fig_results, fig_reference, title=title)
         buf = io.BytesIO()
-        fig.savefig(buf, dpi=100, format="png", bbox_inches="tight")
+        fig.savefig(buf, dpi=100, format="png", bbox_inches="tight", metadata={"Software": PNG_MARK})
         plt.close(fig)
     png = write_text_atomic(out / "summary.png", buf.getvalue())
     return md_path, png
 
 
+from .run_folder import PNG_MARK, SUMMARY_MARK, check_summary_target  # noqa: E402
+from .summary_sections import device_groups, device_sections, summary_title, unknown_verdicts  # noqa: E402
 from .readme import (README_MARKERS, _claim, check_reference_results, reference_section, update_readme)  # noqa: E402,F401  (the README's section, beside)
