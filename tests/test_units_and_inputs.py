@@ -84,6 +84,7 @@ def test_before_after_says_when_a_side_changed_torchs_global_state():
         return x @ x
 
     try:
+        torch.set_num_threads(2)  # a known start: an earlier test may have left torch at 1 thread already
         cmp = gl.before_after(lambda: x @ x, after, name="threads", monitor=False, min_time_s=0.01, rounds=2,
                               device=CPU, progress=False)
     finally:
