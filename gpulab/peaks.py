@@ -213,15 +213,15 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
                   top: int | None = None) -> MeasuredPeaks:
     """Search matmul shapes for each dtype's best sustained TFLOP/s, and measure copy bandwidth, once per course run.
 
-    Per dtype, as mamf-finder does: `warm_s` of load before the first dtype (3 s on a GPU; the GPU stays warm for
-    the next), then M from `m_step` to 5·`size` at N = K = `size` (4096 and 256 on a GPU: mamf-finder's quick range)
-    plus (2·size)³, each call timed alone after an L2 eviction; the fastest shape runs until its rate stops climbing
-    (at most 6 s on a GPU: a cold GPU read 4% low without it), then the `top` fastest shapes (3) are timed again in
-    `rounds` interleaved rounds (5; on a GPU each as mamf-finder measures a shape: 100 calls after 50, at most
-    `round_s` of calls, right after the shape searched before it). The peak is the best round of the best shape
-    (mamf-finder's best median); `interval` keeps its rounds' min and max, `settle` the warm-up, `search` every
-    shape's rate. On a CPU: a few tiny shapes. Cached per device in this process and, inside `gpulab run`
-    (GPULAB_RUN_ID set), in a file shared by every notebook.
+    Per dtype, as mamf-finder does: `warm_s` of load (3 s on a GPU), then M from `m_step` to 5·`size` at
+    N = K = `size` (4096 and 256 on a GPU: mamf-finder's quick range) plus (2·size)³, each call timed alone after an
+    L2 eviction; the fastest shape runs until its rate stops climbing (at most 6 s on a GPU: a cold GPU read 4% low
+    without it; the warm-up and this run for the first dtype only, the GPU stays warm for the next), then the `top`
+    fastest shapes (3) are timed again in `rounds` interleaved rounds (5; on a GPU each as mamf-finder measures a
+    shape: 100 calls after 50, at most `round_s` of calls, after 0.3 s of the smaller shapes searched before them).
+    The peak is the best round of the best shape (mamf-finder's best median); `interval` keeps its rounds' min and
+    max, `settle` the warm-up windows, `search` every shape's rate. On a CPU: a few tiny shapes. Cached per device
+    in this process and, inside `gpulab run` (GPULAB_RUN_ID set), in a file shared by every notebook.
     """
     device = device or get_device()
     if isinstance(dtypes, str):
@@ -247,7 +247,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
                 round_s=(0.2 if gpu else 0.01) if round_s is None else round_s,
                 top=(3 if gpu else 2) if top is None else top, rounds=(5 if gpu else 3) if rounds is None else rounds,
                 round_calls=100 if gpu else None, round_warm=50 if gpu else 0,  # a round as mamf-finder times a shape
-                lead_in=1 if gpu else 0,  # each round after the shape before it, as in mamf-finder's sweep
+                lead_s=0.3 if gpu else 0.0,  # each round after the sweep's lighter shapes, as mamf-finder meets it
                 settle_s=6.0 if gpu else 0.0,  # the best shape until its rate stops climbing: a cold GPU ramps up
                 progress=gpu)
     out = MeasuredPeaks(device=device.name, matmul_size=n, run_id=os.environ.get("GPULAB_RUN_ID", ""), method=METHOD)
@@ -273,7 +273,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
         except Exception as e:  # an unsupported kernel on some GPU must not stop the others
             out.notes.append(f"{d.upper()} failed: {type(e).__name__}: {e}"[:200])
             continue
-        opts["warm_s"] = 0.0  # the GPU is warm now: later dtypes need no second warm-up (12 s of the self-check)
+        opts.update(warm_s=0.0, settle_s=0.0)  # the GPU is warm now: a second warm-up per dtype cost the check 20 s
         _record_search(out, d, found, state)
         if gpu:
             torch.cuda.empty_cache()
