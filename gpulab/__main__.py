@@ -58,7 +58,7 @@ def _info(args: argparse.Namespace) -> int:
     if args.measure:
         m = report["measured"]
         print(f"measured    copy {m['copy_gbs']:,.0f} GB/s (read + write); matmul TFLOP/s, best shape of each search "
-              "(median of its rounds, [min, max] of the rounds):")
+              "(best of its rounds, [min, max] of the rounds):")
         for k, v in m["tflops"].items():
             shape = "x".join(str(x) for x in m.get("shape", {}).get(k, [])) or f"{m['matmul_size']}³"
             lo, hi = m.get("interval", {}).get(k, [v, v])

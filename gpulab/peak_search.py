@@ -19,7 +19,8 @@ TimeCalls = Callable[[Shape, int], Sequence[float]]  # seconds of each of n call
 
 METHOD = ("each call timed alone (CUDA events around it, after a write that evicts the L2 cache and a rewrite of "
           "the output, as mamf-finder times it); a shape's rate is its median call; a round is the median of 100 calls "
-          "after 50 untimed ones, as mamf-finder measures a shape")
+          "after 50 untimed ones in one batch (fewer where 100 calls outlast a round), each round after the search's "
+          "smaller shapes replayed up to it, as mamf-finder meets a shape in its sweep; the peak is the best round")
 
 
 def search_shapes(size: int, *, m_step: int | None = None, m_stop: int | None = None,
@@ -76,8 +77,8 @@ class ShapeSearch:
 
     @property
     def tflops(self) -> float:
-        """The best shape's rate: the median of its rounds."""
-        return _median(self.rounds[self.best])
+        """The achievable rate: the best shape's best round (mamf-finder's best median over its shapes)."""
+        return max(self.rounds[self.best])
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -89,17 +90,22 @@ class ShapeSearch:
 def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s: float, round_s: float,
                       top: int = 3, rounds: int = 5, warm_calls: int = 3, min_calls: int = 5,
                       max_calls: int = 100, round_calls: int | None = None, round_warm: int = 0,
-                      settle_s: float = 0.0, clock: Callable[[], float] = time.perf_counter,
+                      lead_s: float = 0.0, settle_s: float = 0.0, clock: Callable[[], float] = time.perf_counter,
                       progress: Callable[[Any], Any] = iter) -> ShapeSearch:
     """Time every shape briefly, then the `top` fastest again in `rounds` interleaved rounds; the best is the shape
-    with the highest median round.
+    with the highest round, and its best round is the peak (`tflops`), as mamf-finder reports its best median.
 
     `time_calls(shape, n)` runs n calls of the shape and returns each call's seconds. Each shape first gets
     `warm_calls` untimed calls (its kernel chosen, its memory touched), which also tell how long a call takes; then
     as many calls as fit in `shape_s` (between `min_calls` and `max_calls`), and its rate is its median call. The
     rounds are interleaved shape by shape, so a clock that drifts moves every candidate alike; each round times
-    as many calls as fit in `round_s` (at least `min_calls`), or, with `round_calls`, that many calls after
-    `round_warm` untimed ones (mamf-finder's 100 after 50: a round as long as its measurement of one shape).
+    as many calls as fit in `round_s` (at least `min_calls`), or, with `round_calls`, at most that many, after
+    untimed ones in the same batch (`round_warm` per `round_calls`: mamf-finder's 50 before 100 measure one shape;
+    a slow dtype's round is cut to `round_s` so FP32 does not take a quarter of the self-check). Each round visits
+    the shapes in the search's order after replaying, untimed, up to `lead_s` seconds of the shapes searched just
+    before the first (`lead_in`): mamf-finder meets a shape after the lighter ones of its sweep, and a GPU at its
+    power limit runs a shape faster after lighter work than after seconds of the same (rounds of the best shapes
+    back to back read 724-736 TFLOP/s on one H200, its sweep 747-761 around them and mamf-finder's 753-760).
     Before the rounds, the fastest shape runs in windows of a round's calls until its rate stops climbing, for at
     most `settle_s` seconds (`settle`): the quick pass leaves the GPU idle between calls, and a cold GPU's clocks
     and power ramp up over seconds, so without it the first rounds read low (714 -> 744 TFLOP/s on one H200).
@@ -120,22 +126,46 @@ def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s
         rows.append([*shape, shape_flops(shape) / max(t, 1e-12) / 1e12])
     t1 = clock()
     ranked = sorted(per_call, key=lambda sh: shape_flops(sh) / max(per_call[sh], 1e-12), reverse=True)[:top]
+    order = list(per_call)  # the search's order: each round's lead-in is the shapes timed just before it
+
+    def n_calls(sh: Shape) -> int:
+        fit = max(min_calls, int(round_s / max(per_call[sh], 1e-12)))
+        return min(round_calls, fit) if round_calls else fit
+
+    def n_warm(sh: Shape) -> int:
+        return round_warm * n_calls(sh) // round_calls if round_calls else round_warm
+
     out_rounds: dict[Shape, list[float]] = {sh: [] for sh in ranked}
     out_iv: dict[Shape, list[list[float]]] = {sh: [] for sh in ranked}
-    top_calls = round_calls or max(min_calls, int(round_s / max(per_call[ranked[0]], 1e-12)))
-    warmed = settle(time_calls, ranked[0], top_calls, max_s=settle_s, clock=clock) if settle_s > 0 else []
+    warmed = settle(time_calls, ranked[0], n_calls(ranked[0]), max_s=settle_s, clock=clock) if settle_s > 0 else []
+    in_order = sorted(ranked, key=order.index)  # the sweep's order, as mamf-finder meets them
+    lead = lead_in(order[:order.index(in_order[0])], {sh: n_warm(sh) + n_calls(sh) for sh in order}, per_call, lead_s)
     for _ in range(rounds):
-        for sh in ranked:
-            calls = round_calls or max(min_calls, int(round_s / max(per_call[sh], 1e-12)))
-            if round_warm:
-                time_calls(sh, round_warm)
-            times = list(time_calls(sh, calls))
+        for prev, n in lead:
+            time_calls(prev, n)
+        for sh in in_order:
+            calls, warm = n_calls(sh), n_warm(sh)
+            times = list(time_calls(sh, warm + calls))[warm:]  # one batch: no idle gap before the timed calls
             f = shape_flops(sh) / 1e12
             out_rounds[sh].append(f / max(_median(times), 1e-12))
             lo, hi = median_interval(times)
             out_iv[sh].append([f / max(hi, 1e-12), f / max(lo, 1e-12)])
-    best = max(ranked, key=lambda sh: _median(out_rounds[sh]))
+    best = max(ranked, key=lambda sh: max(out_rounds[sh]))
     return ShapeSearch(rows, out_rounds, out_iv, best, t1 - t0, clock() - t1, warmed)
+
+
+def lead_in(before: Sequence[Shape], calls: dict[Shape, int], per_call: dict[Shape, float],
+            lead_s: float) -> list[tuple[Shape, int]]:
+    """The last shapes of `before` (the search's shapes ahead of a round's first) whose `calls` take about `lead_s`
+    seconds by their quick-pass `per_call` times, in the search's order: what a round replays, untimed, first."""
+    out: list[tuple[Shape, int]] = []
+    spent = 0.0
+    for sh in reversed(before):
+        if spent >= lead_s:
+            break
+        out.append((sh, calls[sh]))
+        spent += calls[sh] * per_call[sh]
+    return out[::-1]
 
 
 def settle(time_calls: TimeCalls, shape: Shape, calls: int, *, max_s: float, tolerance: float = 0.01,
@@ -212,7 +242,7 @@ def _shape_timer(dtype: str, device: torch.device, shapes: Sequence[Shape]) -> T
 def search_matmul_peak(dtype: str, device: torch.device | None = None, *, size: int = 4096,
                        m_step: int | None = None, warm_s: float = 3.0, shape_s: float = 0.06,
                        round_s: float = 0.2, top: int = 3, rounds: int = 5, round_calls: int | None = None,
-                       round_warm: int = 0, settle_s: float = 0.0,
+                       round_warm: int = 0, lead_s: float = 0.0, settle_s: float = 0.0,
                        progress: bool = False) -> tuple[ShapeSearch, dict[str, Any]]:
     """Search matmul shapes for the best sustained rate of `dtype`, as mamf-finder does, and re-measure the best.
 
@@ -241,7 +271,8 @@ def search_matmul_peak(dtype: str, device: torch.device | None = None, *, size: 
         bar = lambda xs: tqdm(xs, desc=f"{dtype.upper()} matmul shapes", leave=False)  # noqa: E731
     try:
         found = search_best_shape(timer, shapes, shape_s=shape_s, round_s=round_s, top=top, rounds=rounds,
-                                  round_calls=round_calls, round_warm=round_warm, settle_s=settle_s, progress=bar)
+                                  round_calls=round_calls, round_warm=round_warm, lead_s=lead_s,
+                                  settle_s=settle_s, progress=bar)
     finally:
         trace = mon.stop() if mon else None
     state: dict[str, Any] = {}

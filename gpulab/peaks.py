@@ -34,6 +34,7 @@ class MeasuredPeaks:
     interval: dict[str, list[float]] = field(default_factory=dict)  # [min, max] TFLOP/s of the best shape's rounds
     search: dict[str, list[list[float]]] = field(default_factory=dict)  # [M, N, K, TFLOP/s (median call)] per shape
     seconds: dict[str, float] = field(default_factory=dict)     # wall seconds the search of each dtype took
+    settle: dict[str, list[float]] = field(default_factory=dict)  # TFLOP/s of each warm-up window before the rounds
     method: str = ""                                            # how each call was timed
 
     def spread(self, dtype: str) -> float | None:
@@ -82,7 +83,7 @@ class MeasuredPeaks:
         if self.copy_gbs:
             rows += f"<tr><td>device copy</td><td>{si(self.copy_gbs * 1e9, 'B/s')}</td></tr>"
         notes = "".join(f"<li>{n}</li>" for n in self.notes)
-        return (f"<b>Measured on {self.device}</b> (best matmul shape of each dtype's search, median of its rounds)"
+        return (f"<b>Measured on {self.device}</b> (best matmul shape of each dtype's search, its best round)"
                 f"<table>{rows}</table>"
                 + (f"<ul>{notes}</ul>" if notes else ""))
 
@@ -214,11 +215,13 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
 
     Per dtype, as mamf-finder does: `warm_s` of load (3 s on a GPU), then M from `m_step` to 5·`size` at
     N = K = `size` (4096 and 256 on a GPU: mamf-finder's quick range) plus (2·size)³, each call timed alone after an
-    L2 eviction; the fastest shape runs until its rate stops climbing (at most 6 s on a GPU: a cold GPU read 4%
-    low without it), then the `top` fastest shapes (3) are timed again in `rounds` interleaved rounds (5 of
-    `round_s`). The peak is the best shape's median round; `interval` keeps its rounds' min and max, `search` every
-    shape's rate. On a CPU: a few tiny shapes. Cached per device in this process and, inside `gpulab run`
-    (GPULAB_RUN_ID set), in a file shared by every notebook.
+    L2 eviction; the fastest shape runs until its rate stops climbing (at most 6 s on a GPU: a cold GPU read 4% low
+    without it; the warm-up and this run for the first dtype only, the GPU stays warm for the next), then the `top`
+    fastest shapes (3) are timed again in `rounds` interleaved rounds (5; on a GPU each as mamf-finder measures a
+    shape: 100 calls after 50, at most `round_s` of calls, after 0.3 s of the smaller shapes searched before them).
+    The peak is the best round of the best shape (mamf-finder's best median); `interval` keeps its rounds' min and
+    max, `settle` the warm-up windows, `search` every shape's rate. On a CPU: a few tiny shapes. Cached per device
+    in this process and, inside `gpulab run` (GPULAB_RUN_ID set), in a file shared by every notebook.
     """
     device = device or get_device()
     if isinstance(dtypes, str):
@@ -244,6 +247,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
                 round_s=(0.2 if gpu else 0.01) if round_s is None else round_s,
                 top=(3 if gpu else 2) if top is None else top, rounds=(5 if gpu else 3) if rounds is None else rounds,
                 round_calls=100 if gpu else None, round_warm=50 if gpu else 0,  # a round as mamf-finder times a shape
+                lead_s=0.3 if gpu else 0.0,  # each round after the sweep's lighter shapes, as mamf-finder meets it
                 settle_s=6.0 if gpu else 0.0,  # the best shape until its rate stops climbing: a cold GPU ramps up
                 progress=gpu)
     out = MeasuredPeaks(device=device.name, matmul_size=n, run_id=os.environ.get("GPULAB_RUN_ID", ""), method=METHOD)
@@ -269,6 +273,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
         except Exception as e:  # an unsupported kernel on some GPU must not stop the others
             out.notes.append(f"{d.upper()} failed: {type(e).__name__}: {e}"[:200])
             continue
+        opts.update(warm_s=0.0, settle_s=0.0)  # the GPU is warm now: a second warm-up per dtype cost the check 20 s
         _record_search(out, d, found, state)
         if gpu:
             torch.cuda.empty_cache()
@@ -291,7 +296,7 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
 
 
 _PER_DTYPE = ("tflops", "rounds", "round_intervals", "sm_clock_mhz", "power_w", "shape", "interval", "search",
-              "seconds")
+              "seconds", "settle")
 
 
 def _copy_dtype(src: MeasuredPeaks, dst: MeasuredPeaks, d: str) -> None:
@@ -309,6 +314,7 @@ def _record_search(out: MeasuredPeaks, d: str, found: ShapeSearch, state: dict[s
     out.interval[d] = list(found.interval)
     out.search[d] = [[int(m), int(n), int(k), float(f"{t:.5g}")] for m, n, k, t in found.rows]
     out.seconds[d] = round(found.search_s + found.rounds_s, 2)
+    out.settle[d] = [round(float(r), 2) for r in found.settle]
     for attr in ("sm_clock_mhz", "power_w"):
         if attr in state:
             getattr(out, attr)[d] = state[attr]

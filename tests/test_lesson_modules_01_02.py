@@ -99,7 +99,7 @@ def test_kernels_active_holds_only_if_every_burst_pattern_does():
 
 
 def test_raw_matmul_is_judged_on_the_best_shape_with_the_range_of_its_rounds():
-    """The best shape the search found, its median round; the interval covers every round, so a spread like the
+    """The best shape the search found, its best round; the interval covers every round, so a spread like the
     earlier H100 run's (66.2-72.6% over seven measurements of one shape) reads inconclusive, not a 0.06-point verdict."""
     from gpulab.device import DeviceInfo, lookup_peaks
     from gpulab.peaks import MeasuredPeaks

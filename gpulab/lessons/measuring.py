@@ -180,7 +180,7 @@ def target_mem(opt_trace: Any, run_big: Any) -> Evidence:
 
 
 def raw_matmul(device: Any, peaks: Any, dtype: str) -> Evidence:
-    """The best matmul shape the peak search found, over the datasheet peak: its median round, the interval the
+    """The best matmul shape the peak search found, over the datasheet peak: its best round, the interval the
     range of its rounds (min..max), so a verdict stands only where every round agrees. Every round is in the note."""
     ds = device.datasheet_tflops(dtype)
     if not (device.is_cuda and ds and dtype in peaks.tflops):
@@ -193,7 +193,7 @@ def raw_matmul(device: Any, peaks: Any, dtype: str) -> Evidence:
     where = (f"best of {searched} shapes searched: {peaks.shape_name(dtype)} (MxNxK)" if searched
              else f"{peaks.matmul_size}³")
     return Estimate(100 * rate / ds, 100 * lo / ds, 100 * hi / ds), (
-        f"{dtype.upper()} matmul, {where}: {si(rate * 1e12, 'FLOP/s')} (median of {len(rounds)} rounds) of "
+        f"{dtype.upper()} matmul, {where}: {si(rate * 1e12, 'FLOP/s')} (best of {len(rounds)} rounds) of "
         f"{si(ds * 1e12, 'FLOP/s')} (datasheet); rounds {each}; interval: the range of the rounds")
 
 

@@ -102,8 +102,8 @@ def datasheet_ratio(device: Any, a: str, b: str) -> str:
 
 
 def searched_ratio(peaks: Any, a: str, b: str) -> tuple[Estimate | None, str]:
-    """dtype a's best-shape rate over b's from the shape search (`gl.measure_peaks`), each the median of its best
-    shape's rounds, the interval from their rounds' ranges; and a note naming both shapes. (None, "") without both:
+    """dtype a's best-shape rate over b's from the shape search (`gl.measure_peaks`), each the best round of its best
+    shape, the interval from their rounds' ranges; and a note naming both shapes. (None, "") without both:
     one square size can sit on an edge of a dtype's tile grid that the search steps past (7.0x at 8192³ where the
     searched shapes read 7.41x on one H200)."""
     if a not in peaks.tflops or b not in peaks.tflops:
@@ -114,7 +114,7 @@ def searched_ratio(peaks: Any, a: str, b: str) -> tuple[Estimate | None, str]:
     shape = {d: "x".join(map(str, peaks.shape[d])) for d in (a, b)}
     return (Estimate(value, min(alo / bhi, value), max(ahi / blo, value)),
             f"the shape search's best {a.upper()} shape ({shape[a]}) against {b.upper()}'s best ({shape[b]}), each the "
-            "median of its rounds; interval: their rounds' ranges")
+            "best of its rounds; interval: their rounds' ranges")
 
 
 def tflops_ratio(cmp: Any) -> Estimate:
