@@ -199,10 +199,10 @@ def cases(s: bool) -> list[dict]:
     m = mlp(W, 4).to(DEV)
     out.append(dict(name="fp32_matmul_mlp", planted="fp32_matmul", model=m, make_batch=vectors(W),
                     loss_fn=F.cross_entropy, batch_size=16 if s else 1024, optimizer=opt(m)))
-    # big enough matmuls that the host would run ahead of the GPU, were it not stopped at every check
+    # matmuls big enough that the host would run ahead of the GPU, were it not stopped at every check
     m = Checked(64 if s else 4096, 4 if s else 8).to(DEV)
     out.append(dict(name="item_per_step", planted="sync", model=m, make_batch=vectors(64 if s else 4096),
-                    loss_fn=logged(F.cross_entropy, []), batch_size=16 if s else 2048, optimizer=opt(m)))
+                    loss_fn=logged(F.cross_entropy, []), batch_size=16 if s else 8192, optimizer=opt(m)))
     m = Autocast(nn.Sequential(nn.Flatten(), mlp(3 * 32 * 32, 2))).to(DEV)
     loader = torch.utils.data.DataLoader(SlowDecode(512, 32, 0.0005 if s else 0.001), batch_size=16 if s else 128)
     out.append(dict(name="starving_loader", planted="data_wait", model=m, make_batch=images(32),
