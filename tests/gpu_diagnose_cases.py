@@ -1,6 +1,6 @@
 """gl.diagnose on the course's planted "before" loops, 08's before and after, a ResNet-50 and a GPT-2 small.
 
-    python tests/gpu_diagnose_cases.py --out DIR          # on one GPU: about 7 minutes, one JSON per case
+    python tests/gpu_diagnose_cases.py --out DIR          # on one GPU: about 6 minutes, one JSON per case
     python tests/gpu_diagnose_cases.py --out DIR --smoke  # tiny sizes on a CPU, to check the script itself
 
 Every model is plain PyTorch, written as a user would (no timm or transformers needed). Each case has a time

@@ -139,12 +139,12 @@ def trial_order(found: list[Finding]) -> list[Finding]:
 
 def trial_seconds(todo: list[Finding], left: float) -> float:
     """Seconds for the first of `todo`'s trials: an equal part of those left (30 at most), keeping torch.compile's
-    minimum back for a compile trial still to come where the others can do with 8 s each."""
+    minimum back for a compile trial still to come where the others can do with 8 s each (then 20 at most)."""
     from .trials import COMPILE_MIN_S
 
     cheap = sum(1 for f in todo if f.kind not in COMPILED)
     if todo[0].kind not in COMPILED and cheap < len(todo) and left - COMPILE_MIN_S >= 8.0 * cheap:
-        return min(30.0, (left - COMPILE_MIN_S) / cheap)
+        return min(20.0, (left - COMPILE_MIN_S) / cheap)
     if todo[0].kind in COMPILED:  # its first call compiles (tens of seconds) before anything is timed
         return min(30.0, max(8.0, left - COMPILE_S) / len(todo))
     return min(30.0, left / len(todo))
