@@ -95,7 +95,8 @@ def _launching_ops(events: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
         if e.get("cat") not in ("cuda_runtime", "cuda_driver") or corr is None or e.get("tid") not in ops:
             continue
         t, evs = float(e["ts"]), ops[e.get("tid")]
-        for i in range(bisect.bisect_right(starts[e.get("tid")], t) - 1, -1, -1):
+        last = bisect.bisect_right(starts[e.get("tid")], t) - 1
+        for i in range(last, max(-1, last - 200), -1):  # a launch outside every op need not scan them all
             if _span(evs[i])[1] >= t:  # the latest-starting op that still spans the launch is the innermost
                 out[corr] = evs[i]
                 break
