@@ -249,14 +249,15 @@ def _without_profiler_log() -> Iterator[None]:
 
 
 def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int = 5, wait: int = 0,
-            profiler_warmup: int = 1, trace_path: str | Path | None = None) -> ProfileSummary:
+            profiler_warmup: int = 1, trace_path: str | Path | None = None,
+            record_shapes: bool = False) -> ProfileSummary:
     """Run `fn()` `warmup` times, then under torch.profiler's schedule, and summarise the active steps.
 
     The schedule is torch.profiler.schedule(wait, profiler_warmup, active=steps): `wait` steps run unrecorded,
     `profiler_warmup` steps are recorded and thrown away (the profiler's own start-up cost), then `steps` are
     kept. Each step runs inside an NVTX range and a `record_function` range named "gpulab_step". With
     `trace_path` (a name ending in .json.gz, or .json) the active steps are written as a Chrome/Perfetto trace:
-    open it at https://ui.perfetto.dev.
+    open it at https://ui.perfetto.dev. `record_shapes` records each op's input shapes in the trace.
     """
     _check_count("steps", steps, 1)
     _check_count("warmup", warmup, 0)
@@ -275,7 +276,8 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
         # torch warns, as the profiler starts, that a schedule's cycle clears its events; we read them before the
         # cycle ends (see below), so the filter must be in place before the profiler is entered
         warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)
-        with _without_profiler_log(), torch.profiler.profile(activities=acts, schedule=sched) as prof:
+        with _without_profiler_log(), torch.profiler.profile(activities=acts, schedule=sched,
+                                                                     record_shapes=record_shapes) as prof:
             _profiled_steps(prof, fn, wait + profiler_warmup, steps, cuda)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_CYCLE_WARNING, category=UserWarning)

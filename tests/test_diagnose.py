@@ -278,3 +278,113 @@ def test_the_gpu_script_runs_a_case_at_smoke_size(tmp_path):
     rec = json.loads((tmp_path / "batch_8.json").read_text())
     assert rec["planted"] == "small_batch" and rec["diagnosis"]["kinds"]
     assert "| batch_8 | small_batch |" in (tmp_path / "summary.md").read_text()
+
+
+# Recorded on the H200 (gl.diagnose's evidence, trimmed): 8 checked layers of 4096, 9 syncs per step.
+SYNC_GPU_BOUND = healthy_gpu(  # batch 8192: the host blocks 40% of the step in syncs, the GPU idles after each
+    batch_size=8192, busy=0.805, idle={"host_launching": 0.122, "after_sync": 0.048, "queued": 0.021},
+    sync_wait=0.404, syncs_per_step=9.0, kernels_per_step=145.0, memory_headroom=0.9, mfu=None,
+    classes={"elementwise": 0.192, "matmul_tc": 0.540, "optimizer": 0.071, "attention_fused": 0.0})
+SYNC_HOST_BOUND = SYNC_GPU_BOUND | {  # batch 2048: the host is slower than the GPU, syncs or not
+    "busy": 0.502, "idle": {"host_launching": 0.402, "after_sync": 0.069, "queued": 0.023}, "sync_wait": 0.026}
+
+
+def test_a_sync_owns_the_idle_of_the_queue_it_drained():
+    found, _ = rules.findings(SYNC_GPU_BOUND)
+    assert [f.kind for f in found] == ["sync"]  # the refill gaps are the sync's, not launch overhead
+    assert found[0].share == pytest.approx(0.191, abs=1e-3) and found[0].evidence["host_blocked_in_syncs"] == 0.404
+    # a host that barely waits in its syncs is slower than the GPU anyway: launch-bound first, the sync after
+    found, _ = rules.findings(SYNC_HOST_BOUND)
+    assert [f.kind for f in found] == ["launch_bound", "sync"] and found[1].share == pytest.approx(0.069)
+    # no sync per step: its idle is launch overhead, whatever the host's wait
+    assert rules.sync_share(SYNC_GPU_BOUND | {"syncs_per_step": 0.0}) == 0.0
+
+
+def test_manual_attention_owns_its_score_matrix_kernels():
+    """Classes recorded on the H200 for nanoGPT's manual attention (4 layers, t=1024, BF16): first, not elementwise."""
+    ev = healthy_gpu(classes={"elementwise": 0.149, "matmul_tc": 0.126, "attention_manual": 0.585, "other": 0.065,
+                              "optimizer": 0.007, "attention_fused": 0.0}, batch_size=16)
+    found, _ = rules.findings(ev)
+    assert found[0].kind == "attention" and found[0].share == pytest.approx(0.585)
+
+
+def _launch(ts, corr, tid=1):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 2, "tid": tid,
+            "args": {"correlation": corr}}
+
+
+def _kernel(name, ts, dur, corr):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"correlation": corr}}
+
+
+def _op(name, ts, dur, dims=None, tid=1):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": tid,
+            "args": {"Input Dims": dims or []}}
+
+
+def test_a_hand_written_attention_path_from_a_trace():
+    """scale (a mul on a (b, h, t, t) matrix), mask, softmax and the batched matmul are attention; the MLP's GELU
+    (a 3-D tensor) stays elementwise; with a fused attention kernel in the step nothing is reassigned."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "gpulab_step", "ts": 0, "dur": 1000},
+          _op("aten::bmm", 10, 20), _launch(12, 1), _kernel("nvjet_tst_128x64_h_bz_NNT", 100, 50, 1),
+          _op("aten::mul", 40, 20, [[8, 12, 64, 64], []]), _launch(42, 2),
+          _kernel("vectorized_elementwise_kernel<4, MulFunctor>", 150, 40, 2),
+          _op("aten::masked_fill", 70, 20, [[8, 12, 64, 64], [64, 64], []]), _launch(72, 3),
+          _kernel("vectorized_elementwise_kernel<4, masked_fill>", 190, 40, 3),
+          _op("aten::softmax", 100, 30), _op("aten::_softmax", 105, 20, [[8, 12, 64, 64]]), _launch(110, 4),
+          _kernel("softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 6, false, false>", 230, 60, 4),
+          _op("aten::gelu", 140, 20, [[8, 64, 3072]]), _launch(142, 5),
+          _kernel("vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", 290, 100, 5)]
+    c = classify.step_classes({"traceEvents": ev})
+    assert c["class_ms"]["attention_manual"] == pytest.approx(0.19) and c["class_ms"]["elementwise"] == 0.1
+    fused = ev + [_kernel("flash_fwd_kernel", 400, 10, 6)]
+    assert "attention_manual" not in classify.step_classes({"traceEvents": fused})["class_ms"]
+
+
+def test_the_host_blocked_in_syncs_from_a_trace():
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "gpulab_step", "ts": 0, "dur": 1000},
+          _kernel("ampere_sgemm_64x64", 0, 900, 1),
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 100, "dur": 800, "tid": 1}]
+    assert classify.step_classes({"traceEvents": ev})["sync_wait_ms"] == pytest.approx(0.8)
+
+
+def test_hopper_cublas_kernels_are_tensor_core_matmuls():
+    assert classify.kernel_class("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT") == "matmul_tc"
+
+
+def test_trials_run_by_expected_value_with_compile_last():
+    from gpulab.diagnosis import trial_order, trial_seconds
+
+    f = lambda kind, share: Finding(kind, share, {}, "x", "03")  # noqa: E731
+    todo = trial_order([f("launch_bound", 0.6), f("layout", 0.05), f("small_batch", 0.5), f("elementwise", 0.3)])
+    assert [t.kind for t in todo] == ["small_batch", "layout", "launch_bound", "elementwise"]
+    # with 130 s left, the two cheap trials leave torch.compile its minimum; with 40 s, they share what is left
+    assert trial_seconds(todo, 130.0) == 20.0 and trial_seconds(todo[1:], 105.0) == 15.0
+    assert trial_seconds(todo, 40.0) == 10.0
+    assert trial_seconds([f("small_batch", 0.5)], 12.0) == 12.0
+
+
+def test_the_autocast_trial_really_runs_under_autocast():
+    """fp32_matmul's "after" step runs its matmuls in BF16 (its "before" in FP32), even in a model that enters an
+    autocast region of its own only when asked to, as the GPU script's GPT-2 does."""
+    from gpulab.diagnosis.trials import Loop, pair
+
+    model, opt, make_batch = _tiny()
+    seen = []
+    model.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    before, after, _ = pair(Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu")), "fp32_matmul")
+    before()
+    after()
+    assert seen == [torch.float32, torch.bfloat16]
+
+
+def test_the_gpu_scripts_gpt2_keeps_a_callers_autocast():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("gpu_cases", Path(__file__).parent / "gpu_diagnose_cases.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = mod.GPT2LMHeadModel(64, 32, 1, 2, 16)
+    with torch.autocast("cpu", torch.bfloat16):
+        assert model(torch.randint(64, (2, 8))).logits.dtype == torch.bfloat16

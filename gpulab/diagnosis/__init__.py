@@ -127,22 +127,45 @@ def diagnose(model: torch.nn.Module | Callable[[], Any], make_batch: Callable[[i
                      seconds=time.perf_counter() - t0, comparisons=comparisons)
 
 
+COMPILED = ("launch_bound", "elementwise")  # one torch.compile trial serves both
+COMPILE_S = 60.0  # what a first compile of a training step may take, kept out of that trial's timed seconds
+
+
+def trial_order(found: list[Finding]) -> list[Finding]:
+    """Trials by expected value for their cost: the larger share first, torch.compile's (tens of seconds of
+    compiling before it times anything) last, so the budget runs out on what it buys least of."""
+    return sorted(found, key=lambda f: (f.kind in COMPILED, -f.share))
+
+
+def trial_seconds(todo: list[Finding], left: float) -> float:
+    """Seconds for the first of `todo`'s trials: an equal part of those left (30 at most), keeping torch.compile's
+    minimum back for a compile trial still to come where the others can do with 8 s each (then 20 at most)."""
+    from .trials import COMPILE_MIN_S
+
+    cheap = sum(1 for f in todo if f.kind not in COMPILED)
+    if todo[0].kind not in COMPILED and cheap < len(todo) and left - COMPILE_MIN_S >= 8.0 * cheap:
+        return min(20.0, (left - COMPILE_MIN_S) / cheap)
+    if todo[0].kind in COMPILED:  # its first call compiles (tens of seconds) before anything is timed
+        return min(30.0, max(8.0, left - COMPILE_S) / len(todo))
+    return min(30.0, left / len(todo))
+
+
 def _try(found: list[Finding], loop: Any, ev: dict[str, Any], deadline: float,
          tick: Callable[[str], None]) -> dict[str, Any]:
     """Measure each finding's fix (one compile shared by launch_bound and elementwise), each within its share of
     the seconds left; return each measured kind's gl.Comparison."""
     from . import trials as T
 
-    todo = [f for f in found if f.kind in TRIED]
+    todo = trial_order([f for f in found if f.kind in TRIED])
     done: dict[str, tuple[Any, str, Any]] = {}
     comparisons: dict[str, Any] = {}
     for i, f in enumerate(todo):
         left = deadline - time.perf_counter()
-        key = "compile" if f.kind in ("launch_bound", "elementwise") else f.kind
+        key = "compile" if f.kind in COMPILED else f.kind
         why = T.untried(f.kind, loop, left)
         if why is None and key not in done and left > 2.0:
             tick(f"trying: {f.kind}")
-            done[key] = T.measure(f.kind, loop, ev, min(30.0, left / (len(todo) - i)))
+            done[key] = T.measure(f.kind, loop, ev, trial_seconds(todo[i:], left))
         elif why is None and key not in done:
             why = "not tried: the time budget is spent"
         if why is not None:

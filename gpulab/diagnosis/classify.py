@@ -1,5 +1,6 @@
 """A profiler trace's time per step by kernel class: FP32 or tensor-core matmuls, attention, layout conversions,
-elementwise chains, optimizer. Pure functions over the trace's events (no torch), so recorded traces test them.
+elementwise chains, optimizer, a hand-written attention's path; the host's time blocked in syncs. Pure functions over
+the trace's events, so recorded traces test them.
 
 On a GPU the classes come from the device kernels' names; on a CPU from the `aten::` ops' own time (less the ops
 they call), since a CPU trace has no kernels.
@@ -19,11 +20,13 @@ GPU_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention_fused", ("flash", "fmha", "efficient_attention", "sdpa", "attention")),
     ("softmax", ("softmax",)),
     ("layout", ("nchwtonhwc", "nhwctonchw", "nchw_to_nhwc", "nhwc_to_nchw")),
-    ("matmul", ("gemm", "conv", "wgrad", "dgrad", "fprop", "cutlass", "xmma", "cublas", "winograd", "implicit")),
+    ("matmul", ("gemm", "conv", "wgrad", "dgrad", "fprop", "cutlass", "xmma", "cublas", "winograd", "implicit",
+                "nvjet")),
     ("elementwise", ("elementwise", "vectorized", "unrolled", "reduce_kernel", "triton_poi", "triton_red")),
 )
 # A matmul or convolution kernel on tensor cores names its input type; an FP32 one (sgemm, f32f32...) does not.
-TENSOR_CORE_TAGS = ("tf32", "bf16", "f16", "fp16", "h1688", "h16816", "s1688", "s16816", "884", "e4m3", "e5m2",
+# cuBLAS's Hopper kernels (nvjet_*) run on tensor cores only.
+TENSOR_CORE_TAGS = ("nvjet", "tf32", "bf16", "f16", "fp16", "h1688", "h16816", "s1688", "s16816", "884", "e4m3", "e5m2",
                     "i8", "half", "bfloat", "hmma", "wgmma")
 # softmax_warp_forward<in, out, acc, log2_elements, is_log_softmax, is_masked>: a log-softmax is a loss, not attention
 LOG_SOFTMAX_WARP = re.compile(r"softmax_warp_\w+<[^>]*?,\s*\d+,\s*true\b")
@@ -61,6 +64,68 @@ def cpu_op_class(name: str) -> str:
         if any(f in low for f in frags):
             return cls
     return "other"
+
+
+# A hand-written attention's ops on the score matrix: softmax(mask(scale * Q @ K^T)) @ V and their backward.
+ATTENTION_OPS = ("aten::bmm", "aten::baddbmm", "aten::masked_fill", "aten::_softmax", "aten::softmax",
+                 "aten::_softmax_backward_data")
+
+
+def _score_matrix(dims: Any) -> bool:
+    """Whether an op's first input is a (batch, heads, t, t) score matrix: 4-D with its last two sizes equal."""
+    first = dims[0] if isinstance(dims, list) and dims else None
+    return isinstance(first, list) and len(first) == 4 and first[-1] == first[-2] and first[-1] >= 16
+
+
+def _launching_ops(events: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """Each kernel launch's correlation id -> the innermost aten op that made it (same thread, its span)."""
+    import bisect
+
+    ops: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            ops[e.get("tid")].append(e)
+    starts = {}
+    for tid, evs in ops.items():
+        evs.sort(key=lambda e: float(e["ts"]))
+        starts[tid] = [float(e["ts"]) for e in evs]
+    out = {}
+    for e in events:
+        corr = e.get("args", {}).get("correlation")
+        if e.get("cat") not in ("cuda_runtime", "cuda_driver") or corr is None or e.get("tid") not in ops:
+            continue
+        t, evs = float(e["ts"]), ops[e.get("tid")]
+        last = bisect.bisect_right(starts[e.get("tid")], t) - 1
+        for i in range(last, max(-1, last - 200), -1):  # a launch outside every op need not scan them all
+            if _span(evs[i])[1] >= t:  # the latest-starting op that still spans the launch is the innermost
+                out[corr] = evs[i]
+                break
+    return out
+
+
+def attention_path(kernels: list[dict[str, Any]], events: list[dict[str, Any]]) -> set[int]:
+    """Indices of the kernels on a hand-written attention's path (its ops by name, or any op on a (b, h, t, t)
+    score matrix): only where the step has softmax kernels and no fused attention kernel."""
+    names = [kernel_class(str(k.get("name", ""))) for k in kernels]
+    if "softmax" not in names or "attention_fused" in names:
+        return set()
+    launched_by = _launching_ops(events)
+    out = set()
+    for i, k in enumerate(kernels):
+        op = launched_by.get(k.get("args", {}).get("correlation"))
+        if op is not None and (str(op.get("name")) in ATTENTION_OPS or
+                               _score_matrix(op.get("args", {}).get("Input Dims"))):
+            out.add(i)
+    return out
+
+
+def sync_wait_ms(events: list[dict[str, Any]], steps: list[tuple[float, float]]) -> float:
+    """The host's time inside synchronizing calls during the steps (ms, all steps together)."""
+    from gpulab.profiling import SYNC_CALLS
+
+    return sum(float(e["dur"]) for e in events if e.get("name") in SYNC_CALLS
+               and e.get("cat") in ("cuda_runtime", "cuda_driver") and (not steps or _inside(float(e["ts"]), steps))
+               ) / 1e3
 
 
 def _span(e: dict[str, Any]) -> tuple[float, float]:
@@ -106,10 +171,13 @@ def step_classes(trace: dict[str, Any]) -> dict[str, Any]:
     if kernels:
         optim_corr = {e.get("args", {}).get("correlation") for e in events
                       if e.get("cat") in ("cuda_runtime", "cuda_driver") and _inside(float(e["ts"]), optim)}
-        for k in kernels:
+        manual = attention_path(kernels, events)
+        for i, k in enumerate(kernels):
             cls = kernel_class(str(k.get("name", "")))
             if cls in ("elementwise", "other") and k.get("args", {}).get("correlation") in optim_corr:
                 cls = "optimizer"  # a foreach-less optimizer's per-tensor kernels are elementwise by name
+            elif i in manual:
+                cls = "attention_manual"  # softmax, mask, scale and the batched matmuls on the score matrix
             ms[cls] += float(k["dur"]) / 1e3
         window = [(min(a for a, _ in steps), max(b for _, b in steps))] if steps else []
         device_end = max(_span(k)[1] for k in kernels)
@@ -122,7 +190,7 @@ def step_classes(trace: dict[str, Any]) -> dict[str, Any]:
     per_step = {k: v / n for k, v in ms.items()}
     optimizer_ms = sum(b - a for a, b in optim) / 1e3 / n
     return {"gpu": bool(kernels), "steps": len(steps), "step_ms": step_ms, "class_ms": per_step,
-            "optimizer_range_ms": optimizer_ms,
+            "optimizer_range_ms": optimizer_ms, "sync_wait_ms": sync_wait_ms(events, steps) / n if kernels else 0.0,
             "kernels_per_step": len(kernels) / n if kernels else None}
 
 

@@ -91,13 +91,15 @@ def profile_evidence(step: Callable[[], Any], step_ms: float) -> dict[str, Any]:
     n = max(2, min(8, int(1000.0 / max(step_ms, 1e-3))))
     with tempfile.TemporaryDirectory() as tmp:
         trace_path = Path(tmp) / "diagnose_trace.json"
-        prof = gl.profile(step, steps=n, warmup=1, trace_path=trace_path)
+        prof = gl.profile(step, steps=n, warmup=1, trace_path=trace_path, record_shapes=True)
         trace = load_trace(trace_path)
     breakdown = gl.time_breakdown(trace, unprofiled_step_ms=step_ms)
     classes = step_classes(trace)
     out: dict[str, Any] = {"profiled_step_ms": classes["step_ms"] or prof.wall_ms / prof.steps,
                            "classes": shares(classes), "kernels_per_step": classes["kernels_per_step"],
                            "optimizer_range_ms": classes["optimizer_range_ms"], "busy": None, "idle": None}
+    ms = out["profiled_step_ms"]
+    out["sync_wait"] = min(1.0, classes["sync_wait_ms"] / ms) if ms > 0 else 0.0  # the host blocked in syncs
     if breakdown.window_ms > 0:
         frac = breakdown.fractions()
         out["busy"] = frac.get("kernels", 0.0)

@@ -2,6 +2,7 @@
 
 The evidence's keys (see evidence.py): gpu, step_ms, busy, idle {host_launching, after_sync, queued} (shares of
 the step), classes {class: share of the step}, kernels_per_step, syncs_per_step (None: cannot tell), sync_calls,
+sync_wait (the host's time blocked in syncs, a share of the step),
 loader_wait_share (None: no loader), batch_size, memory_headroom, conv, channels_last, optimizer {class, foreach,
 fused, tensors, share}, mfu. A share is of the profiled step: what removing that time could win at most.
 """
@@ -13,13 +14,13 @@ from .report import Finding
 
 # Thresholds: a finding needs its share of the step at or above these.
 LAUNCH_IDLE = 0.20  # GPU idle while the host launches the next kernel (no sync before it)
-SYNC_IDLE = 0.05  # GPU idle right after a synchronizing call, with at least one sync per step
+SYNC_IDLE = 0.05  # GPU idle after a synchronizing call, and while the host refills the queue it drained
 DATA_WAIT = 0.10  # host time per step spent waiting for the loader's next batch
 SMALL_BATCH_MAX = 64  # samples per step at or under which a batch counts as small ...
 SMALL_BATCH_IDLE = 0.25  # ... when the GPU is idle this share of the step ...
 SMALL_BATCH_HEADROOM = 0.5  # ... and this share of its memory is still free
 FP32_MATMUL = 0.10  # matmuls and convolutions off the tensor cores (FP32 kernels)
-ATTENTION = 0.05  # softmax kernels of a hand-written attention (and no fused attention kernel in the step)
+ATTENTION = 0.05  # kernels of a hand-written attention's score matrix (and no fused attention kernel in the step)
 LAYOUT = 0.03  # NCHW <-> NHWC conversion kernels around convolutions
 OPTIMIZER = 0.10  # the optimizer's step, when it is neither fused nor foreach
 OPTIMIZER_TENSORS = 8  # ... over at least this many parameter tensors
@@ -45,9 +46,21 @@ def _cls(ev: dict[str, Any], key: str) -> float:
     return float((ev.get("classes") or {}).get(key) or 0.0)
 
 
+def sync_share(ev: dict[str, Any]) -> float:
+    """What removing the step's syncs could win: the idle right after them, and the idle while the host refills a
+    drained queue, at most the host's time blocked in them (without the syncs it queues work meanwhile)."""
+    n = ev.get("syncs_per_step")
+    if not n or n < 1:
+        return 0.0
+    after = _idle(ev, "after_sync")
+    idle = sum(float(v or 0.0) for v in (ev.get("idle") or {}).values())
+    return max(after, min(float(ev.get("sync_wait") or 0.0), idle))
+
+
 def launch_bound(ev: dict[str, Any]) -> Finding | None:
-    """The GPU waits on the host's launches: small kernels, Python overhead."""
-    share = _not_waiting_for_data(ev, _idle(ev, "host_launching"))
+    """The GPU waits on the host's launches: small kernels, Python overhead (less the idle a sync causes)."""
+    refill = max(0.0, sync_share(ev) - _idle(ev, "after_sync"))
+    share = max(0.0, _not_waiting_for_data(ev, _idle(ev, "host_launching")) - refill)
     if share < LAUNCH_IDLE:
         return None
     return Finding("launch_bound", share, {"idle_host_launching": share, "kernels_per_step": ev.get("kernels_per_step"),
@@ -60,14 +73,15 @@ def launch_bound(ev: dict[str, Any]) -> Finding | None:
 
 def sync(ev: dict[str, Any]) -> Finding | None:
     """A synchronizing call per step drains the GPU's queue."""
-    n = ev.get("syncs_per_step")
-    share = _idle(ev, "after_sync")
-    if not n or n < 1 or share < SYNC_IDLE:
+    n, share = ev.get("syncs_per_step"), sync_share(ev)
+    if share < SYNC_IDLE:
         return None
     calls = list(ev.get("sync_calls") or [])[:3]
-    return Finding("sync", share, {"syncs_per_step": n, "idle_after_sync": share, "calls": calls},
+    return Finding("sync", share, {"syncs_per_step": n, "idle_after_sync": _idle(ev, "after_sync"),
+                                   "host_blocked_in_syncs": ev.get("sync_wait"), "calls": calls},
                    "log loss.detach() and read it every N steps; no .item()/print(tensor)/bool(tensor) per step",
-                   "04_sync_points", f"{n:.0f} synchronizing call(s) per step; GPU idle {share:.0%} after them",
+                   "04_sync_points", f"{n:.0f} synchronizing call(s) per step; GPU idle {share:.0%} after them, "
+                   "while the host refills the drained queue",
                    why="the sync is in your code: gl.find_syncs(step) names it; gpulab cannot remove it for you")
 
 
@@ -107,14 +121,16 @@ def fp32_matmul(ev: dict[str, Any]) -> Finding | None:
 
 
 def attention(ev: dict[str, Any]) -> Finding | None:
-    """A hand-written softmax(QK^T)V where one fused SDPA kernel fits."""
-    share = _cls(ev, "softmax")
+    """A hand-written softmax(QK^T)V where one fused SDPA kernel fits: its softmax, mask, scale and batched
+    matmuls on the (t, t) score matrix."""
+    share = _cls(ev, "softmax") + _cls(ev, "attention_manual")
     if share < ATTENTION or _cls(ev, "attention_fused") > 0:
         return None
-    return Finding("attention", share, {"softmax": share, "attention_fused": 0.0},
+    return Finding("attention", share, {"softmax": _cls(ev, "softmax"), "attention_path": _cls(ev, "attention_manual"),
+                                        "attention_fused": 0.0},
                    "out = F.scaled_dot_product_attention(q, k, v, is_causal=True)", "07_mixed_precision",
-                   f"{share:.0%} of the step in softmax kernels and no fused attention: manual attention "
-                   "(the matmuls around it come on top)",
+                   f"{share:.0%} of the step on a hand-written attention's score matrix (softmax, mask, scale, "
+                   "batched matmuls) and no fused attention kernel",
                    why="the attention is in your model's code: gpulab cannot rewrite it")
 
 

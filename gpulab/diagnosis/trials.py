@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-COMPILE_MIN_S = 120.0  # a first torch.compile of a training step takes tens of seconds: tried with this much left
+COMPILE_MIN_S = 90.0  # a first torch.compile of a training step takes tens of seconds: tried with this much left
 
 
 @dataclass
