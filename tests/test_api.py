@@ -59,7 +59,7 @@ def test_one_deprecation_path():
     root = Path(gl.__file__).parent
     assert not (root / "_compat.py").exists()
     assert "import *" not in (root / "app" / "params.py").read_text()
-    import gpulab.device as d
+    import gpulab.measuring.device as d
 
     with pytest.raises(AttributeError):
         d._PEAK_CACHE  # noqa: B018  (a private forward: gone)

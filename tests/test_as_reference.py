@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.results import AS_REFERENCE_ENV, REFERENCE_SLUG, NotebookResult, load_reference, reference_view
+from gpulab.verdicts.results import AS_REFERENCE_ENV, REFERENCE_SLUG, NotebookResult, load_reference, reference_view
 
 
 def test_a_reference_run_loads_no_older_reference_of_its_own_gpu(monkeypatch):

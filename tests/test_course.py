@@ -9,7 +9,7 @@ import pytest
 from gpulab.app import course
 from gpulab.display import plots
 from gpulab.__main__ import main
-from gpulab.monitor import Trace
+from gpulab.measuring.monitor import Trace
 from test_results import make_result
 
 matplotlib.use("Agg")  # tests only: no display here; the library itself never picks a backend
@@ -143,7 +143,7 @@ def test_a_timeline_panel_with_too_few_samples_gives_its_mean_not_a_line():
 
     matplotlib.use("Agg", force=True)
     from gpulab.display import plots
-    from gpulab.monitor import Trace
+    from gpulab.measuring.monitor import Trace
 
     many = Trace(series={"nvml_util": [(i / 10, 50.0 + i) for i in range(20)], "gpm_sm_active": [(0.5, 40.0), (1.5, 60.0)]})
     fig = plots.timeline(("loop", many), metrics=("nvml_util", "gpm_sm_active"))
@@ -183,7 +183,7 @@ def test_summary_beside_a_reference_names_a_different_host(tmp_path):
 
 
 def test_summary_beside_a_reference_gives_both_hosts_launch_speed(tmp_path):
-    from gpulab.results import NotebookResult
+    from gpulab.verdicts.results import NotebookResult
     from test_results import H100
     for folder, us in (("mine", 4.2), ("ref", 6.9)):
         r = NotebookResult("00_device", smoke=False, device=H100)

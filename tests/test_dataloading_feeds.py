@@ -3,12 +3,13 @@ from _notebook_jobs import live_children
 import pytest
 import torch
 
-from gpulab import sweeps as bs
-from gpulab import dataloading as dl
-from gpulab import claims, feeds
-from gpulab.experiment import RunResult
-from gpulab.flops import transformer_flops_per_token
-from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset
+from gpulab.workloads import sweeps as bs
+from gpulab.tools import dataloading as dl
+from gpulab.measuring import estimates
+from gpulab.workloads import feeds
+from gpulab.verdicts.experiment import RunResult
+from gpulab.measuring.flops import transformer_flops_per_token
+from gpulab.workloads.models import GPTConfig, SmallCNN, SyntheticImageDataset, denormalize
 
 
 _EARLIER: set[int] = set()
@@ -162,7 +163,7 @@ def test_batch_sweep_rows_and_oom_rows():
 
 def test_denormalize_round_trips_the_dataset_normalization(tmp_path):
     ds = SyntheticImageDataset(tmp_path, n_images=2, size=16, augment=False)
-    img = dl.denormalize(ds[0][0])
+    img = denormalize(ds[0][0])
     assert img.shape == (16, 16, 3) and 0 <= img.min() and img.max() <= 1
 
 
@@ -179,7 +180,8 @@ def test_measure_feed_times_each_extra_window_for_window_s(cpu_device, monkeypat
     Timed on a fake clock that only the training step advances: no wall time, nothing a loaded host can stretch."""
     import functools
 
-    from gpulab import experiment, timing
+    from gpulab.verdicts import experiment
+    from gpulab.measuring import timing
     from test_timing import FakeClock
 
     clock = FakeClock()
@@ -231,8 +233,8 @@ def test_batch_sweep_takes_any_step_with_its_sequence_length_and_flops():
 
 def _paired(ratios, per_call=0.05, calls=10):
     """Two fed loops in paired windows whose per-call time ratios (before / after) are `ratios`."""
-    from gpulab.experiment import Comparison
-    from gpulab.timing import Measurement
+    from gpulab.verdicts.experiment import Comparison
+    from gpulab.measuring.timing import Measurement
 
     def side(label, windows):
         return RunResult(label, Measurement(label, [per_call] * calls, windows=windows), items=256, pipeline=True)
@@ -259,7 +261,7 @@ def test_paired_ratio_is_a_95_percent_interval_even_from_three_window_pairs():
     # the 5% bar; a 95% interval from three pairs is about [0.88, 1.30].
     est = feeds.paired_ratio(_paired([1.17, 1.04, 1.01]))
     assert est.lo == pytest.approx(0.884, abs=0.01) and est.hi == pytest.approx(1.297, abs=0.01)
-    assert claims.t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
-    assert claims.t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
+    assert estimates.t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert estimates.t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
     with pytest.raises(ValueError, match="two window pairs"):
         feeds.paired_ratio(_paired([1.1]))

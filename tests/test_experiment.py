@@ -5,9 +5,10 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab import experiment, timing
-from gpulab.experiment import Claim, Comparison, RunResult
-from gpulab.timing import Measurement, time_calls
+from gpulab.verdicts import experiment
+from gpulab.measuring import timing
+from gpulab.verdicts.experiment import Claim, Comparison, RunResult
+from gpulab.measuring.timing import Measurement, time_calls
 
 
 def _run(label, times, flops=None, peak=None):

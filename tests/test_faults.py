@@ -34,7 +34,7 @@ import pytest
 
 from gpulab.__main__ import main
 from gpulab.app import course, summary
-from gpulab.results import ResultError, load_result
+from gpulab.verdicts.results import ResultError, load_result
 from test_cli_guards import fake_papermill  # noqa: F401  (one fake runner for both files)
 from test_results import make_result
 
@@ -212,7 +212,7 @@ def test_the_executed_notebook_names_itself_not_its_temporary(tmp_path, capsys, 
 def test_every_problem_of_run_all_is_in_the_terminal_and_the_exit_code(tmp_path, monkeypatch, capsys,
                                                                        fake_papermill):
     """A corrupt latest result of another notebook: the summary lists it, and so do the terminal and the exit code."""
-    from gpulab.device import get_device
+    from gpulab.measuring.device import get_device
 
     latest = tmp_path / "data" / "results"
     monkeypatch.setattr(course, "results_dir", lambda: latest)

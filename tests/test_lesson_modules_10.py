@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab import distributed as D
+from gpulab.tools import distributed as D
 from gpulab.lessons import multi_gpu as R
 
 

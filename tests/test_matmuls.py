@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from gpulab import matmuls as ml
-from gpulab.device import DeviceInfo, lookup_peaks
+from gpulab.workloads import matmuls as ml
+from gpulab.measuring.device import DeviceInfo, lookup_peaks
 
 CPU = DeviceInfo(kind="cpu", name="test cpu")
 
@@ -112,7 +112,7 @@ def test_point_fractions():
 
 
 def test_layers_for_alignment_count_flops_like_the_formula():
-    from gpulab.flops import count_flops
+    from gpulab.measuring.flops import count_flops
     run, flops = ml.mlp_forward(16, 24, "fp32", "cpu")
     assert run().shape == (16, 24)
     assert count_flops(run).total == flops == 16 * 16 * 24**2

@@ -1,7 +1,7 @@
 """The peak search's logic, on a fake timer: which shapes it times, how it ranks them, what it reports."""
 import pytest
 
-from gpulab import peaks as P
+from gpulab.measuring import peaks as P
 
 
 def fake_timer(rate_of, log=None):

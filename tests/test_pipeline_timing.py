@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import dataloading as dl
-from gpulab import feeds
-from gpulab.claims import ratio
-from gpulab.claims import Estimate
-from gpulab.timing import benchmark
+from gpulab.tools import dataloading as dl
+from gpulab.workloads import feeds
+from gpulab.measuring.estimates import ratio
+from gpulab.measuring.estimates import Estimate
+from gpulab.measuring.timing import benchmark
 
 
 class FakeClock:
@@ -124,8 +124,8 @@ def test_ratio_share_and_knee_estimates():
 
 
 def test_pipeline_mfu_uses_the_window_not_the_median_call():
-    from gpulab.experiment import RunResult
-    from gpulab.timing import Measurement
+    from gpulab.verdicts.experiment import RunResult
+    from gpulab.measuring.timing import Measurement
 
     # 4 calls: three fast (a burst was waiting), one slow; 4 calls of 10 items in 1.0 s of wall time
     m = Measurement("fed", [0.05, 0.05, 0.05, 0.85], windows=[(4, 1.0)])
@@ -147,7 +147,7 @@ class _Queued:
 
 
 def test_refill_time_is_the_queue_at_the_window_mean_rate():
-    from gpulab.timing import Measurement
+    from gpulab.measuring.timing import Measurement
 
     f = feeds.Feed(_Queued([None], 4, 2), lambda x, y: None, "cpu")
     m = Measurement("w", [0.1, 0.1, 0.4])  # 3 calls of 2 batches in 0.6 s: 10 batches/s (the median says 20)

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from gpulab.app import summary
-from gpulab.experiment import before_after, measure
-from gpulab.timing import benchmark
+from gpulab.verdicts.experiment import before_after, measure
+from gpulab.measuring.timing import benchmark
 from test_results import make_result
 
 
@@ -157,7 +157,7 @@ def test_the_summary_figure_draws_one_optimisation_per_notebook_with_intervals_v
 
 
 def test_comparisons_with_a_reference_match_claims_on_their_key_not_their_wording():
-    from gpulab.claims import agreement
+    from gpulab.verdicts.tally import agreement
 
     mine = {"07": [{"key": "07.bf16_speed", "text": "BF16 is 2-3x faster", "verdict": "confirmed"},
                    {"key": "07.fp16_speed", "text": "same words", "verdict": "confirmed"}]}
@@ -192,7 +192,7 @@ def test_readme_refuses_a_smoke_or_cpu_run_before_writing_anything(tmp_path, cap
 
 
 def test_the_reference_view_matches_claims_on_their_key():
-    from gpulab.results import ReferenceView
+    from gpulab.verdicts.results import ReferenceView
 
     mine = make_result().to_dict()
     ref = copy.deepcopy(mine)

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab import training as T
-from gpulab.workloads import GPT, GPTConfig, build_text_corpus
+from gpulab.workloads import training as T
+from gpulab.workloads.models import GPT, GPTConfig, build_text_corpus
 
 
 @pytest.fixture(scope="module")

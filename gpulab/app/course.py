@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..checks import positive_int
+from ..measuring.checks import positive_int
 from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
 from .params import SCHEMAS, check_params
-from ..results import TMP_MARK, ResultError, data_dir, load_result, results_dir, write_json_atomic
-from .summary import (README_MARKERS, collect, notebook_table, reference_section, summary_figure,  # noqa: F401
-                      summary_tables, update_readme, write_summary)
+from ..measuring.files import TMP_MARK, data_dir, results_dir, write_json_atomic
+from ..verdicts.results import ResultError, load_result
+from .summary import README_MARKERS, collect, notebook_table, reference_section, summary_figure, summary_tables, update_readme, write_summary
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 # The kernel's own log (e.g. "Kernel is running over TCP without encryption", once per notebook) and the
@@ -344,8 +344,8 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
         as_reference: this run becomes the reference GPU's reference (full sizes, on that GPU only): its pages
             show no older reference beside them.
     """
-    from ..device import get_device
-    from ..results import AS_REFERENCE_ENV, REFERENCE_SLUG
+    from ..measuring.device import get_device
+    from ..verdicts.results import AS_REFERENCE_ENV, REFERENCE_SLUG
 
     chosen = notebooks(selection)
     positive_int("timeout_s", timeout_s, allow_none=True)

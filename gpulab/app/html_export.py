@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..results import write_text_atomic
+from ..measuring.files import write_text_atomic
 from .page_layout import add_print_css, fold_parameters
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -358,7 +358,7 @@ def _side(e: dict, side: str) -> dict:
 def headline_html(e: dict, gain: Any) -> str:
     """One headline experiment in a line: its name, the verdict with the ratio's interval, and what moved
     (throughput, else time per call; MFU where there is a peak), before -> after."""
-    from ..text import pct, si
+    from ..measuring.text import pct, si
 
     esc = _html.escape
     b, a = _side(e, "before"), _side(e, "after")
@@ -381,7 +381,7 @@ def key_results_html(data: dict[str, Any]) -> str:
     """A short box for the top of a page, from the notebook's result JSON: its headline measurements (the
     experiments marked `"headline": true`; where none is, as in older files, the largest optimisation), then
     the claims' verdicts in one line."""
-    from ..claims import verdict_tally
+    from ..verdicts.tally import verdict_tally
     from .page_layout import headline_figure_html
     from .summary import gain, gains, not_a_speed_run
 

@@ -66,7 +66,7 @@ def headline_figure_png(experiments: list[dict[str, Any]], gains: list[Any]) -> 
         return None
     from matplotlib.figure import Figure  # not pyplot: drawn off-screen, never shown in the kernel
 
-    from ..text import si
+    from ..measuring.text import si
 
     fig = Figure(figsize=(7.5, 1.35 * len(rows)), dpi=110)
     axes = fig.subplots(len(rows), 2, squeeze=False)

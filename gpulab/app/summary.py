@@ -19,10 +19,13 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from ..claims import Claim, Estimate, agreement, claim_origin, count_verdicts, fold_claims, match_claims
-from ..device import host_difference
-from ..host import recorded_host, speed_difference
-from ..results import ResultError, load_result, write_text_atomic
+from ..verdicts.claims import Claim
+from ..measuring.estimates import Estimate
+from ..verdicts.tally import agreement, claim_origin, count_verdicts, fold_claims, match_claims
+from ..measuring.device import host_difference
+from ..measuring.host import recorded_host, speed_difference
+from ..verdicts.results import ResultError, load_result
+from ..measuring.files import write_text_atomic
 
 COUNTS_NOTE = ("Verdicts are counted per claim: claims that share one measurement each count with their own "
                "verdict; \"settled without measuring\" holds claims confirmed or refuted by arithmetic, a datasheet "

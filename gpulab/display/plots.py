@@ -6,9 +6,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
 
-from ..experiment import Comparison
-from ..monitor import METRICS, Trace
-from ..text import ratio, si, si_count, sig
+from ..verdicts.experiment import Comparison
+from ..measuring.monitor import METRICS, Trace
+from ..measuring.text import ratio, si, si_count, sig
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
 MIN_TIMELINE_POINTS = 5  # fewer samples in every series of a panel: no curve, their means in the legend

@@ -15,9 +15,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ..claims import Estimate
-from ..device import synchronize
-from ..text import plural, si, sig
+from ..measuring.estimates import Estimate
+from ..measuring.device import synchronize
+from ..measuring.text import plural, si, sig
 
 __all__ = ["CLAIMS", "TRAIN_NAME", "INFER_NAME", "Traffic", "eager_traffic", "FirstCall", "first_call",
            "mode_speed_ratio", "compile_time_ratio", "compiled_label", "with_mode", "AUTOTUNE_MODE", "autotune_rows", "modes_table_html", "default_vs_eager", "bandwidth_figure", "mfu_figure", "modes_figure", "gelu_panel"]
@@ -251,7 +251,7 @@ def default_vs_eager(default_row: dict[str, Any], eager_s: float) -> str:
 
 def modes_table_html(sweep: Sequence[dict[str, Any]]) -> str:
     """The compile-modes sweep as a table: compile time, time per forward, kernels, GPU busy, how it was timed."""
-    from ..text import pct
+    from ..measuring.text import pct
 
     rows = "".join(f"<tr><td>{m['mode']}</td><td>{si(m.get('compile_s'), 's')}</td><td>{si(m.get('median_s'), 's')}"
                    f"</td><td>{sig(m.get('kernels_per_call'))}</td><td>{pct(m.get('busy_fraction'))}</td>"
@@ -306,7 +306,7 @@ def mfu_figure(cmp_train: Any, ref: dict[str, Any] | None) -> None:
     import matplotlib.pyplot as plt
 
     from ..display import plots
-    from ..results import comparisons
+    from ..verdicts.results import comparisons
 
     refc = comparisons(ref) if ref else None
     if cmp_train is not None:
@@ -335,7 +335,7 @@ def modes_figure(cmp_graph: Any, sweep: Sequence[dict[str, Any]], ref: dict[str,
     from matplotlib.patches import Patch
 
     from ..display import plots
-    from ..results import comparisons
+    from ..verdicts.results import comparisons
 
     rows = _variants(cmp_graph, sweep)
     ref_rows = _variants(next((c for c in comparisons(ref) if c.name.startswith(INFER_NAME)), None),
@@ -374,7 +374,7 @@ def gelu_panel(gelu: Callable[[torch.Tensor], torch.Tensor], compiled: Callable 
     import torch.nn.functional as F
 
     from ..display.widgets import control_panel
-    from ..experiment import before_after
+    from ..verdicts.experiment import before_after
 
     def gelu_at(elements: int, fused: str) -> Any:
         t = torch.randn(int(elements), device=device)

@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
-from ..claims import Claim, Estimate
-from ..text import pct, power_of_two, ratio, si, sig
-from ..training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
+from ..verdicts.claims import Claim
+from ..measuring.estimates import Estimate
+from ..measuring.text import pct, power_of_two, ratio, si, sig
+from ..workloads.training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
 
 TENSOR_CORES = ("cuda", "bf16")  # a CUDA GPU with TF32 and BF16 tensor cores: compute capability 8.0 or newer
 RTX = "002 is a Gemma-1B fine-tune on an RTX 3090 (TF32 peak = FP32 peak there): another model and GPU"
@@ -87,7 +88,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 def round_spread(cmp: Any) -> Estimate:
     """The speedup with an interval that holds its interval and every interleaved round's ratio: a claim at a
     band edge is judged on the spread of its own repeats, not on the median's narrow interval alone."""
-    from ..experiment import window_pair_ratios
+    from ..verdicts.experiment import window_pair_ratios
 
     est = cmp.estimate()
     pairs = window_pair_ratios(cmp.before, cmp.after) if hasattr(cmp, "before") else []
@@ -147,7 +148,7 @@ def check_formats(lesson: Any, rows: list[dict[str, Any]]) -> list[Claim]:
 
 def tf32_ratio(device: Any) -> dict[str, Any]:
     """Datasheet dense TF32 over FP32 here and on the RTX 3090 of 002's review (None where unknown)."""
-    from ..device import lookup_peaks
+    from ..measuring.device import lookup_peaks
 
     def r(spec: Any) -> float | None:
         t = spec.tflops if spec else {}

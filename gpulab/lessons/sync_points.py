@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..claims import Estimate
-from ..text import pct, si, sig
+from ..measuring.estimates import Estimate
+from ..measuring.text import pct, si, sig
 
 __all__ = ["CLAIMS", "pct_faster", "hidden_share", "CopyTiming", "copy_timing", "QueuedCopyTiming",
            "queued_copy_timing", "busy_work", "trace_table_html", "pairs_figure"]
@@ -265,7 +265,7 @@ def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str
     import matplotlib.pyplot as plt
 
     from ..display import plots
-    from ..results import comparisons
+    from ..verdicts.results import comparisons
 
     get, ylabel = (_mfu, "MFU, % of dense peak") if metric == "mfu" else (_busy, "GPU busy, % of wall time")
     rmap = {c.name: c for c in comparisons(ref)} if ref else {}

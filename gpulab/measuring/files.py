@@ -1,0 +1,90 @@
+"""Where runs write their files, and writing them atomically: a crash never leaves a half-written file."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+
+def data_dir() -> Path:
+    """The course's data folder: $GPULAB_DATA, or data/ beside the gpulab package."""
+    env = os.environ.get("GPULAB_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "data"
+
+
+def results_dir() -> Path:
+    """Where runs write their results: $GPULAB_RESULTS, or data/results (git-ignored)."""
+    env = os.environ.get("GPULAB_RESULTS")
+    return Path(env) if env else data_dir() / "results"
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf become None, tuples become lists, objects with to_dict are converted."""
+    if hasattr(x, "to_dict"):
+        return _clean(x.to_dict())
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+TMP_MARK = ".gpulab-tmp-"  # temporary files of atomic writes: <folder>/<name>.gpulab-tmp-<pid>
+
+
+def _sweep_stale_temps(path: Path) -> None:
+    """Remove temporary files that an earlier write of `path` left behind (a process killed mid-write)."""
+    for old in path.parent.glob(f"{path.name}{TMP_MARK}*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue  # another process is writing this file right now: leave its temporary alone
+        try:
+            old.unlink()
+        except OSError:
+            pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def write_text_atomic(path: Path | str, text: str | bytes) -> Path:
+    """Write `text` to `path` via a temporary file beside it and os.replace: a crash never leaves a
+    half-written file. The temporary is named `<name>.gpulab-tmp-<pid>` (visible, recognisable), and one left
+    by a process killed mid-write is removed by the next write of the same file. Files are created 0644
+    (less the umask), like any file the reader creates."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_temps(path)
+    tmp = path.parent / f"{path.name}{TMP_MARK}{os.getpid()}"
+    data = text.encode() if isinstance(text, str) else text
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json_atomic(path: Path | str, data: Any) -> Path:
+    """Write JSON to `path` atomically (see `write_text_atomic`); NaN and inf are written as null."""
+    text = json.dumps(_clean(data), indent=1, allow_nan=False)  # serialise fully before touching the disk
+    return write_text_atomic(path, text)
