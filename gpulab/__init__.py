@@ -32,9 +32,9 @@ _WHERE = {
     "profile": "measuring.profiling",
     "NotebookResult": "verdicts.results", "load_reference": "verdicts.results", "load_result": "verdicts.results",
     "reference_view": "verdicts.results",
-    "Measurement": "measuring.timing", "Speedup": "measuring.timing", "benchmark": "measuring.timing",
-    "speedup": "measuring.timing",
-    "StepTracker": "tools.tracker", "read_csv": "tools.tracker", "track": "tools.tracker",
+    "Measurement": "measuring.measurement", "Speedup": "measuring.measurement", "benchmark": "measuring.timing",
+    "speedup": "measuring.measurement",
+    "StepTracker": "tools.tracker", "read_csv": "tools.tracker_outputs", "track": "tools.tracker",
     "StepMemoryProfile": "tools.traces", "TimeBreakdown": "tools.traces", "step_memory": "tools.traces",
     "time_breakdown": "tools.traces",
     "check_params": "verdicts.params", "fold": "verdicts.folding",
@@ -59,8 +59,10 @@ if TYPE_CHECKING:  # what an editor and a type checker see
     from .measuring.peaks import MeasuredPeaks, measure_peaks
     from .measuring.profiling import ProfileSummary, find_syncs, nvtx_range, profile
     from .verdicts.results import NotebookResult, load_reference, load_result, reference_view
-    from .measuring.timing import Measurement, Speedup, benchmark, speedup
-    from .tools.tracker import StepTracker, read_csv, track
+    from .measuring.timing import benchmark
+    from .measuring.measurement import Measurement, Speedup, speedup
+    from .tools.tracker import StepTracker, track
+    from .tools.tracker_outputs import read_csv
     from .tools.traces import StepMemoryProfile, TimeBreakdown, step_memory, time_breakdown
 
 __all__ = [
@@ -92,7 +94,7 @@ def __getattr__(name: str) -> Any:
 
         warnings.warn("gl.compare is deprecated: use gl.speedup (it returns a Speedup)", DeprecationWarning,
                       stacklevel=2)
-        return importlib.import_module(".measuring.timing", __name__).speedup
+        return importlib.import_module(".measuring.measurement", __name__).speedup
     else:
         value = _submodule(name)
     globals()[name] = value

@@ -156,7 +156,7 @@ def test_trace_estimate_and_difference():
     from gpulab.measuring.estimates import Estimate
     from gpulab.verdicts.experiment import RunResult
     from gpulab.measuring.monitor import Trace
-    from gpulab.measuring.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     trace = Trace(series={"nvml_util": [(0.0, 10.0), (0.2, 20.0), (0.4, 30.0), (0.6, 40.0)]},
                   window={"gpm_sm_active": 55.0})
@@ -239,7 +239,7 @@ def test_a_sweep_point_holds_the_drift_between_its_windows():
     ran at other moments (19.5 ms), the interval must reach 32."""
     from gpulab.workloads.sweeps import rate_over_windows, sweet_spot
     from gpulab.verdicts.experiment import RunResult
-    from gpulab.measuring.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     def run(b, windows):
         m = Measurement(f"batch {b}", [t + 1e-5 * (i % 3) for t in windows[0] for i in range(30)])

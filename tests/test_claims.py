@@ -9,7 +9,7 @@ from gpulab.verdicts.claims import Claim, judge
 from gpulab.measuring.estimates import Estimate, estimate_of
 from gpulab.verdicts.tally import count_verdicts
 from gpulab.verdicts.experiment import Comparison, RunResult
-from gpulab.measuring.timing import Measurement
+from gpulab.measuring.measurement import Measurement
 
 
 @pytest.mark.parametrize("interval, verdict, side", [
@@ -165,7 +165,7 @@ def test_median_interval_is_the_range_for_few_values_and_order_statistics_beyond
 
 def test_more_rounds_narrow_a_speedup_interval_instead_of_widening_it():
     """One outlying round widens a range but not a confidence interval of the median of 12 rounds."""
-    from gpulab.measuring.timing import Measurement, speedup
+    from gpulab.measuring.measurement import Measurement, speedup
 
     def meas(label, rounds):
         return Measurement(label, times_s=list(rounds), meta={"round_medians": list(rounds)})

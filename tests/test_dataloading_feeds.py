@@ -234,7 +234,7 @@ def test_batch_sweep_takes_any_step_with_its_sequence_length_and_flops():
 def _paired(ratios, per_call=0.05, calls=10):
     """Two fed loops in paired windows whose per-call time ratios (before / after) are `ratios`."""
     from gpulab.verdicts.experiment import Comparison
-    from gpulab.measuring.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     def side(label, windows):
         return RunResult(label, Measurement(label, [per_call] * calls, windows=windows), items=256, pipeline=True)

@@ -8,7 +8,8 @@ import gpulab as gl
 from gpulab.verdicts import experiment
 from gpulab.measuring import timing
 from gpulab.verdicts.experiment import Claim, Comparison, RunResult
-from gpulab.measuring.timing import Measurement, time_calls
+from gpulab.measuring.timing import time_calls
+from gpulab.measuring.measurement import Measurement
 
 
 def _run(label, times, flops=None, peak=None):

@@ -101,7 +101,7 @@ def test_02_roofline_legend_names_points_and_ridge(shown, monkeypatch):
 
 def test_headlines_and_times_at_three_significant_figures():
     """'382.26x faster' and '48.94x faster' on 01 and 02; '11 ms ± 174 µs' on 03."""
-    from gpulab.measuring.timing import Speedup, fmt_time
+    from gpulab.measuring.measurement import Speedup, fmt_time
 
     assert Speedup("a", "b", 382.26, False, 369.0, 394.0).verdict == "382x faster"
     assert Speedup("a", "b", 0.5, False, 0.49, 0.51).verdict == "2.00x slower"

@@ -10,7 +10,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
 from gpulab.verdicts.experiment import Comparison, RunResult  # noqa: E402
-from gpulab.measuring.timing import Measurement  # noqa: E402
+from gpulab.measuring.measurement import Measurement  # noqa: E402
 
 
 def run(label, seconds):

@@ -155,7 +155,7 @@ def test_bad_neighbours_are_the_guides():
 
 
 def test_tables_use_readable_numbers():
-    from gpulab.measuring.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     table = TC.dtype_table({"fp32": Measurement("fp32", [2e-3] * 3), "bf16": Measurement("bf16", [2e-4] * 3)}, 1e12)
     assert "10.0x" in table and "500 TFLOP/s" in table

@@ -172,7 +172,7 @@ def test_tf32_claim_interval_holds_every_round():
     """A claim at a band edge stands on the spread of its own repeats: the median's interval widened to each
     interleaved round's ratio."""
     from gpulab.verdicts.experiment import Comparison, RunResult
-    from gpulab.measuring.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     def run(per_call):
         return RunResult("x", Measurement("x", per_call, windows=[(1, t) for t in per_call]))

@@ -125,7 +125,7 @@ def test_ratio_share_and_knee_estimates():
 
 def test_pipeline_mfu_uses_the_window_not_the_median_call():
     from gpulab.verdicts.experiment import RunResult
-    from gpulab.measuring.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     # 4 calls: three fast (a burst was waiting), one slow; 4 calls of 10 items in 1.0 s of wall time
     m = Measurement("fed", [0.05, 0.05, 0.05, 0.85], windows=[(4, 1.0)])
@@ -147,7 +147,7 @@ class _Queued:
 
 
 def test_refill_time_is_the_queue_at_the_window_mean_rate():
-    from gpulab.measuring.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     f = feeds.Feed(_Queued([None], 4, 2), lambda x, y: None, "cpu")
     m = Measurement("w", [0.1, 0.1, 0.4])  # 3 calls of 2 batches in 0.6 s: 10 batches/s (the median says 20)

@@ -8,7 +8,7 @@ from gpulab.measuring.device import DeviceInfo
 from gpulab.verdicts.experiment import Claim, Comparison, RunResult
 from gpulab.verdicts.results import NotebookResult, ResultError, load_result, reference_view
 from gpulab.measuring.files import write_json_atomic
-from gpulab.measuring.timing import Measurement
+from gpulab.measuring.measurement import Measurement
 
 H100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0))
 

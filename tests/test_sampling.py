@@ -9,7 +9,7 @@ from gpulab.measuring.estimates import Estimate
 from gpulab.measuring.device import DeviceInfo
 from gpulab.verdicts.experiment import Comparison, RunResult
 from gpulab.measuring.monitor import Trace
-from gpulab.measuring.timing import Measurement
+from gpulab.measuring.measurement import Measurement
 
 CPU = DeviceInfo(kind="cpu", name="test cpu")
 

@@ -1,6 +1,7 @@
 import pytest
 
-from gpulab.measuring.timing import Measurement, benchmark, compare, quantiles, speedup
+from gpulab.measuring.timing import benchmark
+from gpulab.measuring.measurement import Measurement, compare, quantiles, speedup
 
 
 class FakeClock:

@@ -25,7 +25,8 @@ from ..verdicts.experiment import Comparison, RunResult
 from ..measuring.host import host_speed, launch_times_us
 from ..measuring.monitor import Monitor, Trace, watch
 from ..verdicts.results import NotebookResult
-from ..measuring.timing import Measurement, benchmark
+from ..measuring.timing import benchmark
+from ..measuring.measurement import Measurement
 
 
 def _matmul_window(device: DeviceInfo, seconds: float, n: int) -> Trace:

@@ -292,27 +292,6 @@ def bursts_html(runs: Sequence[Any]) -> str:
             f"<th>NVML utilization.gpu</th><th>periods read as 0%</th></tr>{rows}</table>")
 
 
-def gpt2_small_counts() -> dict[str, tuple[float, float]]:
-    """The guide's GPT-2 small example (batch 32 × 1024) counted three ways on the meta device (shapes, no data):
-    {count: (forward FLOPs, training-step FLOPs)}."""
-    import torch
-
-    from ..measuring import flops as F
-    from ..workloads.models import GPT, GPTConfig
-
-    guide_fwd = F.guide_transformer_flops(batch_size=32, seq_len=1024, hidden_size=768, num_layers=12,
-                                          vocab_size=50257)
-    with torch.device("meta"):
-        model = GPT(GPTConfig(vocab_size=50257, n_layer=12, n_head=12, n_embd=768, block_size=1024))
-        idx = torch.randint(0, 50257, (32, 1024))
-    n, tok = model.num_params(), 32 * 1024
-    return {"guide §1.2 formula": (guide_fwd, 3 * guide_fwd),
-            "6N + 12·L·H·Q·T": (tok * F.transformer_flops_per_token(n, 12, 12, 64, 1024, training=False),
-                                tok * F.transformer_flops_per_token(n, 12, 12, 64, 1024)),
-            "FlopCounterMode (meta device)": (F.count_flops(lambda: model(idx)).total,
-                                              F.count_flops(lambda: model(idx, idx)[1].backward()).total)}
-
-
 def counts_html(counts: dict[str, tuple[float, float]], title: str) -> str:
     """A table of FLOP counts: {count: (forward FLOPs, training-step FLOPs)}."""
     rows = "".join(f"<tr><td style='text-align:left'>{k}</td><td>{si(f, 'FLOP')}</td><td>{si(t, 'FLOP')}</td></tr>"

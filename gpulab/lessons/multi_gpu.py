@@ -17,7 +17,7 @@ from ..tools.distributed import bus_bandwidth_gbs
 from ..verdicts.experiment import Comparison, RunResult
 from ..measuring.flops import mfu as _mfu
 from ..verdicts.lesson import ClaimSpec
-from ..measuring.timing import Measurement, quantiles
+from ..measuring.measurement import Measurement, quantiles
 
 _COURSE = "course target for 2 GPUs on one NVLink host"
 CLAIMS = [

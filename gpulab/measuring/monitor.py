@@ -68,7 +68,7 @@ class Trace:
         A whole-window reading (GPM) or a single sample is exact; `samples_only` ignores the whole-window
         value and uses the samples alone. None when the metric was not recorded.
         """
-        from .timing import quantiles
+        from .measurement import quantiles
 
         vals = self.values(metric)
         if samples_only:

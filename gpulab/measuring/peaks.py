@@ -5,13 +5,14 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from .checks import positive_int
-from .device import DTYPES, DeviceInfo, check_dtype, float32_matmul_precision, get_device
-from .dtypes import torch_dtype
+from .device import DTYPES, DeviceInfo, check_dtype, get_device
+from .peak_search import (METHOD, ShapeSearch, median_interval, search_best_shape, search_matmul_peak,  # noqa: F401
+                          search_shapes, shape_flops)  # (the search's names stay importable here)
 from .text import si
 
 
@@ -88,83 +89,6 @@ class MeasuredPeaks:
 
 
 _PEAK_CACHE: dict[str, MeasuredPeaks] = {}
-
-
-def _fp8_matmul_fn(n: int, device: torch.device):
-    """A callable doing an n³ FP8 matmul through torch._scaled_mm, or None where FP8 is unavailable."""
-    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
-        return None
-    a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
-    b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major second operand
-    one = torch.tensor(1.0, device=device)
-    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-
-
-def _matmul_fn(n: int, dtype: str, device: torch.device):
-    if dtype == "fp8":
-        fn = _fp8_matmul_fn(n, device) if device.type == "cuda" else None
-        if fn is None:
-            raise ValueError("dtype='fp8' needs torch._scaled_mm on a CUDA GPU with FP8 tensor cores (sm_89+)")
-        return fn
-    a = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
-    b = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
-    return lambda: a @ b
-
-
-Shape = tuple[int, int, int]  # (M, N, K): an M×K matrix times a K×N one
-TimeCalls = Callable[[Shape, int], Sequence[float]]  # seconds of each of n calls of one shape
-
-from .peak_search import (METHOD, search_shapes, shape_flops, _median, median_interval, ShapeSearch, search_best_shape, _shape_timer, search_matmul_peak)  # noqa: E402,F401
-
-
-def sustained_matmul_tflops(n: int, dtype: str, device: torch.device | None = None, *, warm_s: float = 2.0,
-                            rounds: int = 3, round_s: float = 0.5) -> tuple[list[float], dict[str, Any]]:
-    """TFLOP/s of each of `rounds` timed rounds of an n³ matmul after `warm_s` of back-to-back work.
-
-    A peak is a sustained rate: the first second of load runs at boost clocks and power limits bite later,
-    so a short burst reads high on one run and low on the next. Returns the rounds (each at its median time)
-    and a dict: "round_intervals", [lo, hi] TFLOP/s of each round from a 95% confidence interval for its median
-    time, and the mean SM clock and power seen during them ("sm_clock_mhz", "power_w"; absent without NVML).
-    """
-    from .timing import benchmark
-
-    dtype = check_dtype(dtype)
-    if n <= 0:
-        raise ValueError(f"n={n} must be > 0")
-    device = device or get_device().torch_device
-    fn = _matmul_fn(n, dtype, device)
-    with float32_matmul_precision("high" if dtype == "tf32" else "highest"):
-        benchmark(fn, min_time_s=max(warm_s, 1e-3), warmup_s=0, device=device)  # reach the steady state
-        mon = None
-        if device.type == "cuda":
-            from .monitor import Monitor
-            mon = Monitor(get_device(device.index), poll_s=0.2, gpm=False, cpu=False).start()
-        try:
-            timed = [benchmark(fn, min_time_s=round_s, warmup_s=0, device=device) for _ in range(rounds)]
-        finally:
-            trace = mon.stop() if mon else None
-    out = [2 * n**3 / m.median / 1e12 for m in timed]
-    ci = [m.median_estimate() for m in timed]
-    state: dict[str, Any] = {"round_intervals": [[2 * n**3 / e.hi / 1e12, 2 * n**3 / max(e.lo, 1e-9) / 1e12]
-                                                 for e in ci]}
-    for metric in ("sm_clock_mhz", "power_w"):
-        v = trace.mean(metric) if trace else None
-        if v is not None:
-            state[metric] = v
-    return out, state
-
-
-def matmul_tflops(n: int, dtype: str, device: torch.device | None = None, min_time_s: float = 0.3) -> float:
-    """Measured TFLOP/s of an n×n×n matmul in `dtype` on `device` (random inputs, warm-up, median)."""
-    from .timing import benchmark
-
-    dtype = check_dtype(dtype)
-    positive_int("n", n)
-    device = device or get_device().torch_device
-    fn = _matmul_fn(n, dtype, device)
-    with float32_matmul_precision("high" if dtype == "tf32" else "highest"):
-        m = benchmark(fn, min_time_s=min_time_s, device=device)
-    return 2 * n**3 / m.median / 1e12
 
 
 def copy_bandwidth_gbs(nbytes: int, device: torch.device | None = None, min_time_s: float = 0.3) -> float:

@@ -444,7 +444,7 @@ class EpochStarts:
 
     def ratio_estimate(self) -> Estimate:
         """`ratio` with an interval from both modes' quartiles over epochs 2.. (q1 / q3 to q3 / q1)."""
-        from ..measuring.timing import quantiles
+        from ..measuring.measurement import quantiles
 
         r1, _, r3 = quantiles(self.first_batch_s["respawn"][1:])
         p1, _, p3 = quantiles(self.first_batch_s["persistent"][1:])

@@ -16,7 +16,8 @@ from ..measuring.peaks import MeasuredPeaks
 from ..measuring.flops import mfu as _mfu
 from ..measuring.monitor import Monitor, Trace
 from ..measuring.profiling import ProfileSummary, profile as _profile
-from ..measuring.timing import ROUND, Measurement, Speedup, benchmark, fmt_time, speedup, time_calls
+from ..measuring.timing import ROUND, benchmark, time_calls
+from ..measuring.measurement import Measurement, Speedup, fmt_time, speedup
 
 __all__ = ["Claim", "Comparison", "RunResult", "before_after", "measure", "KINDS"]
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from ..measuring.estimates import Estimate, median_interval
 from ..measuring.device import DeviceInfo, get_device
 from ..measuring.monitor import Monitor, Trace
-from ..measuring.timing import quantiles
+from ..measuring.measurement import quantiles
 
 # ---------------------------------------------------------------- intervals for what a run read
 

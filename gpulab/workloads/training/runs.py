@@ -14,7 +14,8 @@ import torch
 from ...measuring.memory import is_oom
 from ...measuring.estimates import Estimate
 from ...measuring.device import DeviceInfo, get_device, synchronize
-from ...measuring.timing import ROUND, benchmark, quantiles
+from ...measuring.timing import ROUND, benchmark
+from ...measuring.measurement import quantiles
 from .config import TrainConfig, describe, halve_batch
 from .trainer import Trainer, _deprecated
 
@@ -169,7 +170,7 @@ def per_items(run: Any, items: float, *, peak_tflops: float | None = None,
     `peak_tflops` (and `measured_peak_tflops`) replace the peak its MFU is taken against, e.g. the BF16
     peak for an FP32 run so both sides share one yardstick. The monitor trace is kept as it was.
     """
-    from ...measuring.timing import Measurement
+    from ...measuring.measurement import Measurement
 
     if not run.items:
         raise ValueError("run has no items per call to rescale from")
