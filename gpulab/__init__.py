@@ -23,7 +23,7 @@ _WHERE = {
     "CUDAPrefetcher": "tools.dataloading", "DataLoaderTuning": "tools.dataloading", "tune_dataloader": "tools.dataloading",
     "DeviceInfo": "measuring.device", "float32_matmul_precision": "measuring.device", "get_device": "measuring.device",
     "lookup_peaks": "measuring.device",
-    "Comparison": "verdicts.experiment", "RunResult": "verdicts.experiment", "before_after": "verdicts.experiment",
+    "Comparison": "verdicts.experiment", "RunResult": "verdicts.run_result", "before_after": "verdicts.experiment",
     "measure": "verdicts.experiment",
     "ClaimSpec": "verdicts.lesson", "Lesson": "verdicts.lesson", "lesson": "verdicts.lesson",
     "Monitor": "measuring.monitor", "Trace": "measuring.monitor", "watch": "measuring.monitor",
@@ -50,7 +50,8 @@ if TYPE_CHECKING:  # what an editor and a type checker see
     from .verdicts.tally import claims_table_html
     from .tools.dataloading import CUDAPrefetcher, DataLoaderTuning, tune_dataloader
     from .measuring.device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
-    from .verdicts.experiment import Comparison, RunResult, before_after, measure
+    from .verdicts.experiment import Comparison, before_after, measure
+    from .verdicts.run_result import RunResult
     from .measuring.flops import count_flops, mfu
     from .verdicts.folding import fold
     from .verdicts.lesson import ClaimSpec, Lesson, lesson

@@ -50,7 +50,7 @@ def check_claims_listed(data: dict, expected: list[str]) -> None:
 
 def check_experiments_listed(data: dict, expected: list[str]) -> None:
     """Each expected experiment kept its name, and every experiment says its kind."""
-    from gpulab.verdicts.experiment import KINDS
+    from gpulab.verdicts.run_result import KINDS
 
     names = [e["name"] for e in data["experiments"]]
     for n in expected:

@@ -154,7 +154,7 @@ def test_trace_estimate_and_difference():
     from gpulab.measuring.estimates import difference
     from gpulab.workloads.sweeps import trace_estimate
     from gpulab.measuring.estimates import Estimate
-    from gpulab.verdicts.experiment import RunResult
+    from gpulab.verdicts.run_result import RunResult
     from gpulab.measuring.monitor import Trace
     from gpulab.measuring.measurement import Measurement
 
@@ -238,7 +238,7 @@ def test_a_sweep_point_holds_the_drift_between_its_windows():
     a 32-step takes under 0.84 of a 64-step. One window at 23 ms with tight steps says "surely 64"; with rounds that
     ran at other moments (19.5 ms), the interval must reach 32."""
     from gpulab.workloads.sweeps import rate_over_windows, sweet_spot
-    from gpulab.verdicts.experiment import RunResult
+    from gpulab.verdicts.run_result import RunResult
     from gpulab.measuring.measurement import Measurement
 
     def run(b, windows):

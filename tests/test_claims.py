@@ -8,7 +8,8 @@ import torch
 from gpulab.verdicts.claims import Claim, judge
 from gpulab.measuring.estimates import Estimate, estimate_of
 from gpulab.verdicts.tally import count_verdicts
-from gpulab.verdicts.experiment import Comparison, RunResult
+from gpulab.verdicts.experiment import Comparison
+from gpulab.verdicts.run_result import RunResult
 from gpulab.measuring.measurement import Measurement
 
 

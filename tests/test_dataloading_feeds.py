@@ -7,7 +7,7 @@ from gpulab.workloads import sweeps as bs
 from gpulab.tools import dataloading as dl
 from gpulab.measuring import estimates
 from gpulab.workloads import feeds
-from gpulab.verdicts.experiment import RunResult
+from gpulab.verdicts.run_result import RunResult
 from gpulab.measuring.flops import transformer_flops_per_token
 from gpulab.workloads.models import GPTConfig, SmallCNN, SyntheticImageDataset, denormalize
 

@@ -7,7 +7,8 @@ import torch
 import gpulab as gl
 from gpulab.verdicts import experiment
 from gpulab.measuring import timing
-from gpulab.verdicts.experiment import Claim, Comparison, RunResult
+from gpulab.verdicts.experiment import Claim, Comparison
+from gpulab.verdicts.run_result import RunResult
 from gpulab.measuring.timing import time_calls
 from gpulab.measuring.measurement import Measurement
 

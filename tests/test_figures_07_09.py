@@ -9,7 +9,8 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
-from gpulab.verdicts.experiment import Comparison, RunResult  # noqa: E402
+from gpulab.verdicts.experiment import Comparison
+from gpulab.verdicts.run_result import RunResult  # noqa: E402
 from gpulab.measuring.measurement import Measurement  # noqa: E402
 
 

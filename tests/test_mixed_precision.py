@@ -171,7 +171,8 @@ def test_an_fp16_autocast_run_leaves_the_bf16_claims_untested(gpu_lesson):
 def test_tf32_claim_interval_holds_every_round():
     """A claim at a band edge stands on the spread of its own repeats: the median's interval widened to each
     interleaved round's ratio."""
-    from gpulab.verdicts.experiment import Comparison, RunResult
+    from gpulab.verdicts.experiment import Comparison
+    from gpulab.verdicts.run_result import RunResult
     from gpulab.measuring.measurement import Measurement
 
     def run(per_call):

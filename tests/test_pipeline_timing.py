@@ -124,7 +124,7 @@ def test_ratio_share_and_knee_estimates():
 
 
 def test_pipeline_mfu_uses_the_window_not_the_median_call():
-    from gpulab.verdicts.experiment import RunResult
+    from gpulab.verdicts.run_result import RunResult
     from gpulab.measuring.measurement import Measurement
 
     # 4 calls: three fast (a burst was waiting), one slow; 4 calls of 10 items in 1.0 s of wall time

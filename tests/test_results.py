@@ -5,7 +5,8 @@ import pytest
 
 import gpulab.verdicts.results as results
 from gpulab.measuring.device import DeviceInfo
-from gpulab.verdicts.experiment import Claim, Comparison, RunResult
+from gpulab.verdicts.experiment import Claim, Comparison
+from gpulab.verdicts.run_result import RunResult
 from gpulab.verdicts.results import NotebookResult, ResultError, load_result, reference_view
 from gpulab.measuring.files import write_json_atomic
 from gpulab.measuring.measurement import Measurement

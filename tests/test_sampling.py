@@ -7,7 +7,8 @@ from gpulab.lessons import measuring as M
 from gpulab.lessons import tensor_cores as TC
 from gpulab.measuring.estimates import Estimate
 from gpulab.measuring.device import DeviceInfo
-from gpulab.verdicts.experiment import Comparison, RunResult
+from gpulab.verdicts.experiment import Comparison
+from gpulab.verdicts.run_result import RunResult
 from gpulab.measuring.monitor import Trace
 from gpulab.measuring.measurement import Measurement
 

@@ -219,7 +219,7 @@ def test_track_shows_its_real_signature_and_a_short_repr(cpu_device):
 def test_item_name_defaults_agree_between_track_and_before_after(cpu_device):
     import inspect
 
-    from gpulab.verdicts.experiment import RunResult
+    from gpulab.verdicts.run_result import RunResult
 
     track = inspect.signature(gl.track).parameters["item_name"].default
     assert track == "samples" == inspect.signature(gl.before_after).parameters["item_name"].default

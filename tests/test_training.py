@@ -6,7 +6,8 @@ import torch
 
 import gpulab as gl
 from gpulab.workloads import training as T
-from gpulab.workloads.models import GPT, GPTConfig, build_text_corpus
+from gpulab.workloads.models import GPT, GPTConfig
+from gpulab.workloads.text_data import build_text_corpus
 
 
 @pytest.fixture(scope="module")

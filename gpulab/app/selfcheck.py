@@ -21,7 +21,8 @@ import torch
 from ..measuring.device import DeviceInfo, get_device, synchronize
 from ..measuring.peaks import measure_peaks
 from ..verdicts.claims import Claim
-from ..verdicts.experiment import Comparison, RunResult
+from ..verdicts.experiment import Comparison
+from ..verdicts.run_result import RunResult
 from ..measuring.host import host_speed, launch_times_us
 from ..measuring.monitor import Monitor, Trace, watch
 from ..verdicts.results import NotebookResult

@@ -88,7 +88,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 def round_spread(cmp: Any) -> Estimate:
     """The speedup with an interval that holds its interval and every interleaved round's ratio: a claim at a
     band edge is judged on the spread of its own repeats, not on the median's narrow interval alone."""
-    from ..verdicts.experiment import window_pair_ratios
+    from ..verdicts.run_result import window_pair_ratios
 
     est = cmp.estimate()
     pairs = window_pair_ratios(cmp.before, cmp.after) if hasattr(cmp, "before") else []

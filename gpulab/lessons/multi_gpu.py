@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..tools.distributed import bus_bandwidth_gbs
+from ..tools.links import bus_bandwidth_gbs
 from ..verdicts.experiment import Comparison, RunResult
 from ..measuring.flops import mfu as _mfu
 from ..verdicts.lesson import ClaimSpec

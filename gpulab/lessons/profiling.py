@@ -214,7 +214,8 @@ def case_study_trainer(*, small: bool, device: Any = None) -> Any:
     without compile when `small`. Close it when done."""
     from ..workloads import training as T
     from ..measuring.device import get_device
-    from ..workloads.models import ByteTokenizer, GPTConfig, build_text_corpus
+    from ..workloads.models import GPTConfig
+    from ..workloads.text_data import ByteTokenizer, build_text_corpus
 
     dev = device or get_device()
     if small:

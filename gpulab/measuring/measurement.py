@@ -7,6 +7,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
+
 from .estimates import Estimate, median_interval
 from .text import ratio as _ratio, sig
 

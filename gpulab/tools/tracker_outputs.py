@@ -93,7 +93,6 @@ class TrackerOutputs:
         plt.close(fig)  # shown through the display handle only: no second copy at the end of the cell
 
 
-
 def _check_csv_header(path: Path, fields_: tuple[str, ...]) -> None:
     """A tracker appends: refuse a file that holds other columns (another kind of tracker's, or not a tracker's)."""
     if not path.is_file() or path.stat().st_size == 0:

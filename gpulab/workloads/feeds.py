@@ -21,7 +21,8 @@ from ..measuring import checks
 from ..measuring.estimates import Estimate, t_quantile
 from ..tools.dataloading import CUDAPrefetcher, _check_int, _shutdown, endless_loader, to_device, workers
 from ..measuring.device import as_torch_device, get_device
-from ..verdicts.experiment import Comparison, RunResult, default_min_time, measure, window_pair_ratios
+from ..verdicts.experiment import Comparison, default_min_time, measure
+from ..verdicts.run_result import RunResult, window_pair_ratios
 from ..measuring.timing import ROUND, benchmark
 
 

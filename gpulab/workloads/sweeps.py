@@ -21,7 +21,8 @@ from ..measuring.estimates import Estimate, median_interval
 from ..tools.dataloading import _check_int
 from ..measuring.device import as_torch_device, get_device, synchronize
 from ..measuring import checks
-from ..verdicts.experiment import RunResult, default_min_time, measure
+from ..verdicts.experiment import default_min_time, measure
+from ..verdicts.run_result import RunResult
 from ..measuring.memory import is_oom
 from ..measuring.memory import release as _release
 from ..measuring.flops import transformer_flops_per_token

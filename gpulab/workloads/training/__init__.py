@@ -18,7 +18,9 @@ The package is split by concern: `config` (TrainConfig and the sequences of conf
 """
 from __future__ import annotations
 from .config import (CASE_STUDY_MODEL, CASE_STUDY_BATCH, AUTOCAST_DTYPES, PARAM_DTYPES, _STREAM_LENGTH, COMPILE_MODES, TrainConfig, gpt_num_params, describe, waterfall_configs, matched_reference, halve_batch, PRECISION_MODES, precision_config)  # noqa: F401
-from .trainer import (_attention_backend, cudnn_attention_available, build_model, initial_state, _param_groups, Trainer, TrainResult, _timed_steps, train_steps)  # noqa: F401
+from .trainer import (_attention_backend, cudnn_attention_available, build_model, initial_state, _param_groups, Trainer,  # noqa: F401
+                      _timed_steps, train_steps)
+from .result import TrainResult  # noqa: F401
 from .runs import (ConfigRun, measure_config, measure_optimised, optimised_config, per_items, with_peak, loss_gap_estimate)  # noqa: F401
 from .numerics import (FormatInfo, format_info, effective_mantissa_bits, UnderflowReport, gradient_underflow, plot_underflow)  # noqa: F401
 from .tables import (smooth, Table)  # noqa: F401

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Callable
 
 from ...measuring.dtypes import TORCH_DTYPES
-from ..models import pad_vocab_size
+from ..text_data import pad_vocab_size
 from .config import TrainConfig
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from ...measuring.dtypes import torch_dtype
 from ...measuring.flops import transformer_flops_per_token
-from ..models import GPTConfig, pad_vocab_size
+from ..models import GPTConfig
+from ..text_data import pad_vocab_size
 
 AUTOCAST_DTYPES = {k: torch_dtype(k) for k in ("bf16", "fp16")}  # the choices for TrainConfig.autocast
 PARAM_DTYPES = {k: torch_dtype(k) for k in ("fp32", "bf16")}  # ... and for TrainConfig.param_dtype

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from ...measuring.device import as_torch_device, check_dtype, float32_matmul_precision
-from ..models import GPTConfig, TokenDataset
+from ..models import GPTConfig
+from ..text_data import TokenDataset
 from ...measuring.dtypes import torch_dtype
 from ...measuring.text import pct, power_of_two, sig
 from .config import TrainConfig

@@ -17,7 +17,8 @@ from ...measuring.device import DeviceInfo, get_device, synchronize
 from ...measuring.timing import ROUND, benchmark
 from ...measuring.measurement import quantiles
 from .config import TrainConfig, describe, halve_batch
-from .trainer import Trainer, _deprecated
+from .result import _deprecated
+from .trainer import Trainer
 
 @dataclass
 class ConfigRun:
