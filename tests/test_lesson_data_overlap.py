@@ -16,6 +16,7 @@ from gpulab.measuring.device import DeviceInfo
 from gpulab.verdicts.lesson import _as_spec
 from gpulab.tools import dataloading as dl
 from gpulab.lessons import data_overlap as L
+from gpulab.workloads import image_feeds
 from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
@@ -61,7 +62,7 @@ def _rates(util):
 
 
 def _starts():
-    return dl.EpochStarts(num_workers=2, batch_size=8, batches_per_epoch=4,
+    return image_feeds.EpochStarts(num_workers=2, batch_size=8, batches_per_epoch=4,
                           first_batch_s={"respawn": [0.5, 0.2, 0.22, 0.21], "persistent": [0.5, 0.01, 0.012, 0.011]})
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from ..workloads.sweeps import column, trace_estimate
 from ..verdicts.claims import Claim, judge
 from ..measuring.estimates import Estimate, ratio
-from ..tools.dataloading import workers
+from ..workloads.image_feeds import workers
 from ..workloads.models import denormalize
 from ..workloads.feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
 from ..measuring.text import pct, si

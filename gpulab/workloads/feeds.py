@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 
 from ..measuring import checks
 from ..measuring.estimates import Estimate, t_quantile
-from ..tools.dataloading import CUDAPrefetcher, _check_int, _shutdown, endless_loader, to_device, workers
+from ..tools.dataloading import CUDAPrefetcher, _check_int, _shutdown, to_device
+from .image_feeds import endless_loader, workers
 from ..measuring.device import as_torch_device, get_device
 from ..verdicts.experiment import Comparison, default_min_time, measure
 from ..verdicts.run_result import RunResult, window_pair_ratios
