@@ -150,8 +150,10 @@ class _SigtermStopsTheRun:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from .app.course import check_out_dir, check_reference_dir
-    from .app.summary import RESULT_GLOB, update_readme, write_summary
+    from .app.run_folders import check_out_dir, check_reference_dir
+    from .app.readme import update_readme
+    from .app.summary import RESULT_GLOB
+    from .app.summary_page import write_summary
 
     folder = args.results
     if not folder.exists():
@@ -164,7 +166,8 @@ def _summary(args: argparse.Namespace) -> int:
     compare = check_reference_dir(args.compare)
     out = check_out_dir(args.out) if args.out is not None else folder
     if args.readme:  # refuse a smoke or CPU run, or a README without the section, before writing anything
-        from .app.summary import README_MARKERS, check_reference_results, collect
+        from .app.readme import README_MARKERS, check_reference_results
+        from .app.summary import collect
         if not args.readme.is_file() or README_MARKERS[0] not in args.readme.read_text(errors="replace"):
             raise ValueError(f"--readme {args.readme}: not a README with a reference section (a file holding "
                              f"{README_MARKERS[0]} ... {README_MARKERS[1]})")

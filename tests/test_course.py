@@ -7,6 +7,7 @@ import matplotlib
 import pytest
 
 from gpulab.app import course
+from gpulab.app.readme import README_MARKERS, reference_section, update_readme
 from gpulab.display import plots
 from gpulab.__main__ import main
 from gpulab.measuring.monitor import Trace
@@ -122,10 +123,10 @@ def test_every_plot_draws_from_result_objects():
 
 def test_readme_reference_section_matches_the_committed_reference_run(monkeypatch):
     root = Path(__file__).resolve().parents[1]
-    start, end = course.README_MARKERS
+    start, end = README_MARKERS
     section = (root / "README.md").read_text().split(start)[1].split(end)[0].strip()
     monkeypatch.chdir(root)  # the section names the folder as the README links it: relative to the repository
-    assert section == course.reference_section("data/reference/nvidia-h100-80gb-hbm3").strip(), \
+    assert section == reference_section("data/reference/nvidia-h100-80gb-hbm3").strip(), \
         "README out of date: python -m gpulab summary data/reference/<gpu> --readme README.md"
 
 
@@ -133,7 +134,7 @@ def test_update_readme_needs_one_marker_pair(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\nno markers\n")
     with pytest.raises(ValueError, match="reference-summary"):
-        course.update_readme(readme, "data/reference/nvidia-h100-80gb-hbm3")
+        update_readme(readme, "data/reference/nvidia-h100-80gb-hbm3")
     assert readme.read_text() == "# x\n\nno markers\n"  # untouched
 
 

@@ -14,7 +14,7 @@ import matplotlib
 import nbformat
 import pytest
 
-from gpulab.app import course
+from gpulab.app import course, run_folders
 from gpulab.__main__ import main
 from gpulab.measuring.device import get_device
 from gpulab.measuring.files import TMP_MARK, write_json_atomic
@@ -85,10 +85,10 @@ def test_out_inside_notebooks_is_refused(no_notebook_may_run, monkeypatch, capsy
 
 def test_default_run_folder_started_inside_notebooks_lands_beside_it(monkeypatch, tmp_path):
     monkeypatch.chdir(course.NOTEBOOK_DIR)
-    monkeypatch.setattr(course, "NOTEBOOK_DIR", course.NOTEBOOK_DIR)  # unchanged; new_run_dir checks it
+    monkeypatch.setattr(run_folders, "NOTEBOOK_DIR", course.NOTEBOOK_DIR)  # unchanged; new_run_dir checks it
     fake_root = tmp_path / "repo"
     (fake_root / "notebooks").mkdir(parents=True)
-    monkeypatch.setattr(course, "NOTEBOOK_DIR", fake_root / "notebooks")
+    monkeypatch.setattr(run_folders, "NOTEBOOK_DIR", fake_root / "notebooks")
     monkeypatch.chdir(fake_root / "notebooks")
     path = course.new_run_dir()
     assert path.parent == fake_root / "runs"

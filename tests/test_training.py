@@ -149,7 +149,7 @@ def test_format_info_matches_finfo_and_tf32_layout():
     assert (bf16.exponent_bits, bf16.mantissa_bits) == (8, 7)
     assert (tf32.exponent_bits, tf32.mantissa_bits) == (8, 10)
     assert tf32.max == pytest.approx(torch.finfo(torch.float32).max, rel=1e-3)
-    assert T.format_info("fp32").decimal_digits == pytest.approx(7.22, abs=0.01)
+    assert T.format_info("fp32").digits == pytest.approx(7.22, abs=0.01)
     with pytest.raises(ValueError, match="name"):
         T.format_info("fp8")
 

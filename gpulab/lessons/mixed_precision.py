@@ -116,12 +116,12 @@ def format_rows(device: Any) -> list[dict[str, Any]]:
     for name, g in GUIDE_73.items():
         f = format_info(name)
         agrees = (f.exponent_bits == g["exp"] and f.mantissa_bits == g["mant"]
-                  and abs(f.max - g["range"]) / g["range"] < 0.01 and math.floor(f.decimal_digits) == g["digits"])
+                  and abs(f.max - g["range"]) / g["range"] < 0.01 and math.floor(f.digits) == g["digits"])
         rows.append(dict(format=name.upper(), exp=f"{g['exp']} / {f.exponent_bits}",
                          mant=f"{g['mant']} / {f.mantissa_bits}", measured_bits=effective_mantissa_bits(name, device),
                          range=f"{g['range']:.3g} / {f.max:.3g}", smallest_normal=f.smallest_normal,
                          smallest_subnormal=f.smallest_subnormal, eps=f.eps,
-                         digits=f"{g['digits']} / {f.decimal_digits:.2f}", agrees="yes" if agrees else "NO"))
+                         digits=f"{g['digits']} / {f.digits:.2f}", agrees="yes" if agrees else "NO"))
     return rows
 
 

@@ -23,6 +23,11 @@ class FormatInfo:
     digits: float  # decimal digits carried: (mantissa_bits + 1) · log10(2)
     note: str = ""
 
+    @property
+    def smallest_subnormal(self) -> float:
+        """The smallest positive value: the smallest normal times eps."""
+        return self.smallest_normal * self.eps
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -12,6 +12,7 @@ import torch
 
 from ...measuring.device import as_torch_device, check_dtype, float32_matmul_precision
 from ..models import GPTConfig
+from ..number_formats import FormatInfo, _from_finfo, tf32_format
 from ..text_data import TokenDataset
 from ...measuring.dtypes import torch_dtype
 from ...measuring.text import pct, power_of_two, sig
@@ -31,43 +32,10 @@ def share(x: float) -> str:
     return "> 99.99999%"
 
 
-@dataclass
-class FormatInfo:
-    """A floating-point format's layout and the range and precision that follow from it."""
-
-    name: str
-    exponent_bits: int
-    mantissa_bits: int
-    max: float
-    smallest_normal: float
-    smallest_subnormal: float
-    eps: float  # gap between 1 and the next representable number
-
-    @property
-    def decimal_digits(self) -> float:
-        """Significant decimal digits: (mantissa bits + 1 implicit) x log10(2)."""
-        return (self.mantissa_bits + 1) * math.log10(2)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"decimal_digits": self.decimal_digits}
-
-
 def format_info(name: str) -> FormatInfo:
-    """Layout, range and precision of fp32, tf32, bf16 or fp16 (from torch.finfo; TF32 from its bit layout).
-
-    TF32 is not a storage dtype: tensor cores read FP32 operands and keep 10 mantissa bits and FP32's
-    8-bit exponent, so its range is FP32's and its precision FP16's.
-    """
+    """Layout, range and precision of fp32, tf32, bf16 or fp16: number_formats' row (torch.finfo; TF32 derived)."""
     key = check_dtype(name, ("fp32", "tf32", "bf16", "fp16"), "name")
-    if key == "tf32":
-        f32 = torch.finfo(torch.float32)
-        return FormatInfo("tf32", 8, 10, (2 - 2**-10) * 2.0**127, f32.smallest_normal, 2.0**-126 * 2**-10, 2**-10)
-    dt = torch_dtype(key, allowed=("fp32", "bf16", "fp16"))
-    fi = torch.finfo(dt)
-    mant = round(-math.log2(fi.eps))
-    exp = fi.bits - 1 - mant
-    return FormatInfo(key, exp, mant, float(fi.max), float(fi.smallest_normal), float(fi.smallest_normal) * fi.eps,
-                      float(fi.eps))
+    return tf32_format() if key == "tf32" else _from_finfo(key.upper(), torch_dtype(key))
 
 
 def effective_mantissa_bits(mode: str, device: Any = None, n: int | None = None) -> int | None:
