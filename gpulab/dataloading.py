@@ -1,4 +1,3 @@
 """Old path of gpulab.tools.dataloading, kept for one release."""
 from ._moved import alias
-
 alias(__name__, "gpulab.tools.dataloading")

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..measuring.checks import positive_int
 from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
-from .params import SCHEMAS, check_params
+from ..verdicts.params import SCHEMAS, check_params
 from ..measuring.files import TMP_MARK, results_dir, write_json_atomic
 from ..verdicts.results import ResultError, load_result
 from .summary import collect

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from ..measuring.files import data_dir
+from ..measuring.files import data_dir, pid_alive
 from .faults import make_writable, system_folder
 from .summary import collect
 
@@ -85,7 +85,7 @@ def run_lock(out: Path) -> Iterator[Path]:
         except FileExistsError:
             holder = lock.read_text(errors="replace").strip() if lock.exists() else ""
             pid = int(holder.split()[0]) if holder.split() and holder.split()[0].isdigit() else None
-            if pid is not None and _alive(pid):
+            if pid is not None and pid_alive(pid):
                 raise ValueError(f"--out {out} is in use by another run ({holder}); wait for it to finish or choose "
                                  f"another folder (a stale lock: delete {lock})") from None
             lock.unlink(missing_ok=True)  # its run is gone: a stale lock
@@ -97,16 +97,6 @@ def run_lock(out: Path) -> Iterator[Path]:
         yield lock
     finally:
         lock.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def new_run_dir(base: Path | str = "runs") -> Path:

@@ -42,7 +42,7 @@ def _sweep_stale_temps(path: Path) -> None:
     """Remove temporary files that an earlier write of `path` left behind (a process killed mid-write)."""
     for old in path.parent.glob(f"{path.name}{TMP_MARK}*"):
         pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
             continue  # another process is writing this file right now: leave its temporary alone
         try:
             old.unlink()
@@ -50,7 +50,8 @@ def _sweep_stale_temps(path: Path) -> None:
             pass
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (one of another user counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -11,8 +11,7 @@ import torch
 
 from .checks import positive_int
 from .device import DTYPES, DeviceInfo, check_dtype, get_device
-from .peak_search import (METHOD, ShapeSearch, median_interval, search_best_shape, search_matmul_peak,  # noqa: F401
-                          search_shapes, shape_flops)  # (the search's names stay importable here)
+from .peak_search import METHOD, ShapeSearch, search_matmul_peak
 from .text import si
 
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..measuring.estimates import Estimate, as_number, estimate_of, with_repeats  # noqa: F401 (Estimate: still importable here)
+from ..measuring.estimates import as_number, estimate_of, with_repeats
 from ..measuring.text import sig
 
 VERDICTS = ("confirmed", "refuted", "inconclusive", "not comparable", "not tested")

@@ -18,7 +18,7 @@ import torch
 from ..measuring.device import DTYPES, PEAK_TABLE, DeviceInfo, check_dtype, float32_matmul_precision, get_device
 from ..measuring.peaks import MeasuredPeaks
 from ..measuring.device import dtype_support
-from ..measuring.dtypes import torch_dtype  # noqa: F401 (dtype_support: one source, still importable here)
+from ..measuring.dtypes import torch_dtype
 from ..measuring.flops import attention_flops, matmul_flops
 from ..measuring.text import pct, si, sig
 from ..measuring.timing import benchmark
