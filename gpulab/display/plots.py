@@ -8,7 +8,8 @@ import matplotlib.pyplot as plt
 from ..verdicts.experiment import Comparison
 from ..measuring.monitor import METRICS, Trace
 from ..measuring.text import ratio, si, si_count, sig
-from .figure_parts import MIN_TIMELINE_POINTS, _cmp, _fits_flat, _means_figure, _metric_name, _metric_words, _no_data, _row_width
+from .figure_parts import (MIN_TIMELINE_POINTS, _cmp, _fits_flat, _means_figure, _metric_name, _metric_words, _no_data,
+                           _row_width)
 
 BEFORE, AFTER, REF = "#d1495b", "#00798c", "#8d8d8d"
 

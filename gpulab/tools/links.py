@@ -1,4 +1,4 @@
-"""The link between GPUs as the device reports it (NVLink or PCIe, its limit), and bus bandwidth from a timed collective."""
+"""The link between GPUs as the device reports it (NVLink or PCIe, its limit); bus bandwidth of a timed collective."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

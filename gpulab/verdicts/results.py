@@ -21,7 +21,7 @@ from ..measuring.device import DeviceInfo, get_device, host_difference
 from .experiment import Claim, Comparison
 from .tally import match_claims
 from ..measuring.host import recorded_host, speed_difference
-from ..measuring.files import _clean, data_dir, results_dir, write_json_atomic  # noqa: F401 (data_dir: gl.results.data_dir)
+from ..measuring.files import _clean, data_dir, results_dir, write_json_atomic  # noqa: F401 (gl.results.data_dir)
 
 SCHEMA_VERSION = 1
 REFERENCE_SLUG = "nvidia-h100-80gb-hbm3"  # the GPU the committed reference numbers were measured on

@@ -1,4 +1,4 @@
-"""One side of a before/after: a RunResult (its timing, FLOPs, MFU and monitor trace), and the speed of two pipelines."""
+"""One side of a before/after: a RunResult (timing, FLOPs, MFU, monitor trace), and the speed of two pipelines."""
 from __future__ import annotations
 
 from dataclasses import dataclass
