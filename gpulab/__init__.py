@@ -13,6 +13,8 @@ import importlib
 import types
 from typing import TYPE_CHECKING, Any
 
+from . import _moved  # noqa: F401 (gpulab.batchsize, .dataloading, .tracker: the tools' old paths, one release)
+
 # Every public name and the module it lives in. They load on first use (PEP 562), so that `import gpulab`, and
 # `python -m gpulab --help`, do not wait for torch; `from gpulab import X` and `gl.X` work as with plain imports.
 _WHERE = {

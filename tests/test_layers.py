@@ -7,8 +7,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "gpulab"
 LAYERS = ("measuring", "verdicts", "tools", "workloads", "display", "lessons", "app")  # bottom to top
-TOP = {"gpulab", "gpulab.__main__", "gpulab._rank", "gpulab._moved"}  # the facade, the CLI, a rank's entry point
-OLD_PATHS = {"gpulab.batchsize", "gpulab.dataloading", "gpulab.tracker"}  # one release of the moved tools' old paths
+TOP = {"gpulab", "gpulab.__main__", "gpulab._rank", "gpulab._moved"}  # facade, CLI, a rank's entry, old tool paths
 
 
 def _modules() -> dict[str, Path]:
@@ -94,7 +93,7 @@ def test_no_import_circle():
 
 
 def test_every_module_lives_in_a_layer():
-    loose = sorted(m for m in _modules() if layer_of(m) is None and m not in TOP | OLD_PATHS
+    loose = sorted(m for m in _modules() if layer_of(m) is None and m not in TOP
                    and m.removeprefix("gpulab.") not in LAYERS)
     assert not loose, f"put these in a layer folder ({', '.join(LAYERS)}): {loose}"
 
@@ -119,6 +118,7 @@ def test_old_tool_paths_warn_and_work():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=PKG.parent).stdout.splitlines()
     assert "moved to gpulab.tools.batchsize" in out[0] and out[1] == "True"
+    assert not (PKG / "batchsize.py").exists()  # no file at the old path: git follows the module's rename
 
 
 def test_old_module_paths_are_gone():

@@ -238,5 +238,3 @@ def _timed_blocks(fn: Callable[[], Any], blocks: int, per_block: int, *, label: 
     return Measurement(label=label or getattr(fn, "__name__", "fn"), times_s=times,
                        timer="cuda events" if use_events else "perf_counter", warmup_calls=warmup_calls,
                        meta=dict(meta or {}), windows=[window], mode="throughput", calls_per_timing=per_block)
-
-

@@ -8,7 +8,6 @@ from typing import Any
 from .claims import _COLORS, ORIGINS, Claim, origin_of
 
 
-
 def _claim_row(c: Claim) -> str:
     e = html.escape
     key = f"<br><small><code>{e(c.key)}</code></small>" if c.key else ""
