@@ -10,51 +10,65 @@
 Every public name, with its one-line summary: docs/API.md.
 """
 import importlib
-import sys
 import types
 from typing import TYPE_CHECKING, Any
+
+from . import _moved  # noqa: F401 (gpulab.batchsize, .dataloading, .tracker: the tools' old paths, one release)
 
 # Every public name and the module it lives in. They load on first use (PEP 562), so that `import gpulab`, and
 # `python -m gpulab --help`, do not wait for torch; `from gpulab import X` and `gl.X` work as with plain imports.
 _WHERE = {
-    "flops": None, "count_flops": "flops", "mfu": "flops",
-    "BatchSizeSearch": "batchsize", "find_max_batch_size": "batchsize",
-    "Claim": "claims", "Estimate": "claims", "claims_table_html": "claims", "interval_of": "claims",
-    "CUDAPrefetcher": "dataloading", "DataLoaderTuning": "dataloading", "tune_dataloader": "dataloading",
-    "Diagnosis": "diagnosis", "Finding": "diagnosis", "diagnose": "diagnosis",
-    "DeviceInfo": "device", "float32_matmul_precision": "device", "get_device": "device", "lookup_peaks": "device",
-    "Comparison": "experiment", "RunResult": "experiment", "before_after": "experiment", "measure": "experiment",
-    "ClaimSpec": "lesson", "Lesson": "lesson", "lesson": "lesson",
-    "Monitor": "monitor", "Trace": "monitor", "watch": "monitor",
-    "MeasuredPeaks": "peaks", "measure_peaks": "peaks",
-    "ProfileSummary": "profiling", "find_syncs": "profiling", "nvtx_range": "profiling", "profile": "profiling",
-    "NotebookResult": "results", "load_reference": "results", "load_result": "results", "reference_view": "results",
-    "Measurement": "timing", "Speedup": "timing", "benchmark": "timing", "speedup": "timing",
-    "StepTracker": "tracker", "read_csv": "tracker", "track": None,
-    "StepMemoryProfile": "traces", "TimeBreakdown": "traces", "step_memory": "traces", "time_breakdown": "traces",
-    "check_params": "params", "fold": "folding",
+    "flops": "measuring.flops", "count_flops": "measuring.flops", "mfu": "measuring.flops",
+    "BatchSizeSearch": "tools.batchsize", "find_max_batch_size": "tools.batchsize",
+    "Claim": "verdicts.claims", "Estimate": "measuring.estimates", "claims_table_html": "verdicts.tally",
+    "interval_of": "measuring.estimates",
+    "CUDAPrefetcher": "tools.dataloading", "DataLoaderTuning": "tools.dataloading", "tune_dataloader": "tools.dataloading",
+    "Diagnosis": "tools.diagnosis", "Finding": "tools.diagnosis", "diagnose": "tools.diagnosis",
+    "DeviceInfo": "measuring.device", "float32_matmul_precision": "measuring.device", "get_device": "measuring.device",
+    "lookup_peaks": "measuring.device",
+    "Comparison": "verdicts.experiment", "RunResult": "verdicts.run_result", "before_after": "verdicts.experiment",
+    "measure": "verdicts.experiment",
+    "ClaimSpec": "verdicts.lesson", "Lesson": "verdicts.lesson", "lesson": "verdicts.lesson",
+    "Monitor": "measuring.monitor", "Trace": "measuring.monitor", "watch": "measuring.monitor",
+    "MeasuredPeaks": "measuring.peaks", "measure_peaks": "measuring.peaks",
+    "ProfileSummary": "measuring.profiling", "find_syncs": "measuring.profiling", "nvtx_range": "measuring.profiling",
+    "profile": "measuring.profiling",
+    "NotebookResult": "verdicts.results", "load_reference": "verdicts.results", "load_result": "verdicts.results",
+    "reference_view": "verdicts.results",
+    "Measurement": "measuring.measurement", "Speedup": "measuring.measurement", "benchmark": "measuring.timing",
+    "speedup": "measuring.measurement",
+    "StepTracker": "tools.tracker", "read_csv": "tools.tracker_outputs", "track": "tools.tracker",
+    "StepMemoryProfile": "tools.traces", "TimeBreakdown": "tools.traces", "step_memory": "tools.traces",
+    "time_breakdown": "tools.traces",
+    "check_params": "verdicts.params", "fold": "verdicts.folding",
     "plots": "display.plots", "widgets": "display.widgets",
 }
+_MODULES = ("flops", "plots", "widgets")  # the public names that are modules
 
 if TYPE_CHECKING:  # what an editor and a type checker see
-    from . import flops
-    from .batchsize import BatchSizeSearch, find_max_batch_size
-    from .claims import Claim, Estimate, claims_table_html, interval_of
-    from .dataloading import CUDAPrefetcher, DataLoaderTuning, tune_dataloader
-    from .diagnosis import Diagnosis, Finding, diagnose
-    from .device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
-    from .experiment import Comparison, RunResult, before_after, measure
-    from .flops import count_flops, mfu
-    from .folding import fold
-    from .lesson import ClaimSpec, Lesson, lesson
-    from .monitor import Monitor, Trace, watch
-    from .params import check_params
-    from .peaks import MeasuredPeaks, measure_peaks
-    from .profiling import ProfileSummary, find_syncs, nvtx_range, profile
-    from .results import NotebookResult, load_reference, load_result, reference_view
-    from .timing import Measurement, Speedup, benchmark, speedup
-    from .tracker import StepTracker, read_csv, track
-    from .traces import StepMemoryProfile, TimeBreakdown, step_memory, time_breakdown
+    from .measuring import flops
+    from .tools.batchsize import BatchSizeSearch, find_max_batch_size
+    from .verdicts.claims import Claim
+    from .measuring.estimates import Estimate, interval_of
+    from .verdicts.tally import claims_table_html
+    from .tools.dataloading import CUDAPrefetcher, DataLoaderTuning, tune_dataloader
+    from .tools.diagnosis import Diagnosis, Finding, diagnose
+    from .measuring.device import DeviceInfo, float32_matmul_precision, get_device, lookup_peaks
+    from .verdicts.experiment import Comparison, before_after, measure
+    from .verdicts.run_result import RunResult
+    from .measuring.flops import count_flops, mfu
+    from .verdicts.folding import fold
+    from .verdicts.lesson import ClaimSpec, Lesson, lesson
+    from .measuring.monitor import Monitor, Trace, watch
+    from .verdicts.params import check_params
+    from .measuring.peaks import MeasuredPeaks, measure_peaks
+    from .measuring.profiling import ProfileSummary, find_syncs, nvtx_range, profile
+    from .verdicts.results import NotebookResult, load_reference, load_result, reference_view
+    from .measuring.timing import benchmark
+    from .measuring.measurement import Measurement, Speedup, speedup
+    from .tools.tracker import StepTracker, track
+    from .tools.tracker_outputs import read_csv
+    from .tools.traces import StepMemoryProfile, TimeBreakdown, step_memory, time_breakdown
 
 __all__ = [
     "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
@@ -79,31 +93,25 @@ def __getattr__(name: str) -> Any:
     if name == "track":
         value = _track()
     elif name in _WHERE:
-        where = _WHERE[name]
-        module = importlib.import_module(f".{where or name}", __name__)
-        value = module if where is None or where.startswith("display.") else getattr(module, name)
+        module = importlib.import_module(f".{_WHERE[name]}", __name__)
+        value = module if name in _MODULES else getattr(module, name)
     elif name == "compare":  # the one deprecated top-level name: gl.speedup says what it returns
         import warnings
 
         warnings.warn("gl.compare is deprecated: use gl.speedup (it returns a Speedup)", DeprecationWarning,
                       stacklevel=2)
-        return importlib.import_module(".timing", __name__).speedup
+        return importlib.import_module(".measuring.measurement", __name__).speedup
     else:
-        try:
-            value = importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module 'gpulab' has no attribute {name!r}") from None
+        value = _submodule(name)
     globals()[name] = value
     return value
 
 
 def _track() -> Any:
-    """gpulab.tracker.track, with `plot=True` turned into gpulab's figure (the core tracker draws nothing itself)."""
+    """gpulab.tools.tracker.track, with `plot=True` turned into gpulab's figure (the core tracker draws nothing itself)."""
     import functools
 
-    from .tracker import track
+    from .tools.tracker import track
 
     @functools.wraps(track)  # help(gl.track) shows track's real signature
     def with_figure(**kwargs: Any) -> Any:
@@ -114,17 +122,16 @@ def _track() -> Any:
     return with_figure
 
 
+def _submodule(name: str) -> types.ModuleType:
+    """`gl.results`, `gl.lessons`: a layer, or a module in one (the layers first, so no old path warns)."""
+    for where in ("measuring.", "verdicts.", "tools.", "workloads.", ""):
+        try:
+            return importlib.import_module(f".{where}{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{where}{name}":
+                raise
+    raise AttributeError(f"module 'gpulab' has no attribute {name!r}")
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-class _Package(types.ModuleType):
-    """gpulab itself. `gl.lesson` is the function: loading the submodule of the same name must not rebind it."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "lesson" and isinstance(value, types.ModuleType):
-            return  # the module stays in sys.modules["gpulab.lesson"], where `from gpulab.lesson import ...` finds it
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

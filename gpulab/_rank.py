@@ -1,4 +1,4 @@
-"""The rank side of gpulab.distributed.launch: torchrun starts this module once per rank.
+"""The rank side of gpulab.tools.distributed.launch: torchrun starts this module once per rank.
 
 It reads the launch's spec.json, joins the process group (with a timeout), calls the target function with a RankContext, and writes what
 the function returned, or its traceback, to <out>/rank<N>.json (atomically), with the rank's monitor trace.
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = json.loads(spec_path.read_text())
     out = spec_path.parent
 
-    from .distributed import SAFE_ENV
+    from .tools.distributed import SAFE_ENV
     os.environ.update(SAFE_ENV)  # also here, before NCCL reads its environment: never NVLink multicast
 
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         import torch.distributed as dist
 
-        from .distributed import RankContext, resolve_target
-        from .monitor import Monitor
+        from .tools.distributed import RankContext, resolve_target
+        from .measuring.monitor import Monitor
 
         if spec["backend"] == "nccl":
             device = torch.device("cuda", local)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         _, fn = resolve_target(spec["target"])
         kwargs = spec["kwargs"]
         if spec["monitor"]:
-            from .device import get_device
+            from .measuring.device import get_device
 
             with Monitor(get_device(local) if device.type == "cuda" else None) as mon:
                 result = fn(ctx, **kwargs)
@@ -59,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             result = fn(ctx, **kwargs)
         report.update(ok=True, result=result)
     except BaseException as e:  # report every failure with its traceback; the launcher reads it
-        from .distributed import format_exception
+        from .tools.distributed import format_exception
 
         report["error"], report["traceback"] = format_exception(e)
     report["seconds"] = time.perf_counter() - t0
-    from .results import write_json_atomic
+    from .measuring.files import write_json_atomic
 
     write_json_atomic(out / f"rank{rank}.json", report)
     sys.stdout.flush()

@@ -90,7 +90,7 @@ class Jobs:
         return self.submit(run).result()
 
     def _execute(self, run: NotebookRun, index: int) -> tuple[dict, dict]:
-        from gpulab.results import load_result
+        from gpulab.verdicts.results import load_result
 
         folder = self._root / f"{index:02d}-{run.name}"
         folder.mkdir()

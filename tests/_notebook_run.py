@@ -35,7 +35,7 @@ def check_claims_contract(data: dict) -> None:
 
 def check_claims_listed(data: dict, expected: list[str]) -> None:
     """Each expected claim is in the result; judged measurements carry an interval; the rest say why."""
-    from gpulab.claims import EVIDENCE, VERDICTS
+    from gpulab.verdicts.claims import EVIDENCE, VERDICTS
 
     texts = [c["text"] for c in data["claims"]]
     for t in expected:
@@ -50,7 +50,7 @@ def check_claims_listed(data: dict, expected: list[str]) -> None:
 
 def check_experiments_listed(data: dict, expected: list[str]) -> None:
     """Each expected experiment kept its name, and every experiment says its kind."""
-    from gpulab.experiment import KINDS
+    from gpulab.verdicts.run_result import KINDS
 
     names = [e["name"] for e in data["experiments"]]
     for n in expected:

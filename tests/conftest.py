@@ -38,7 +38,7 @@ def _notebooks_only_in_notebook_tests(request, monkeypatch):
 @pytest.fixture
 def cpu_device():
     """The CPU as gpulab describes it, for tests of the CPU path that must not pick up a GPU where one exists."""
-    from gpulab.device import DeviceInfo
+    from gpulab.measuring.device import DeviceInfo
 
     return DeviceInfo(kind="cpu", name="CPU")
 

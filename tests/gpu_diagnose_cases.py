@@ -240,8 +240,8 @@ def cases(s: bool) -> list[dict]:
 
 def case_study(s: bool) -> list[dict]:
     """Notebook 08's naive loop and its optimized one (without torch.compile: its compile would take the budget)."""
-    from gpulab.training import Trainer, TrainConfig, waterfall_configs
-    from gpulab.workloads import GPTConfig
+    from gpulab.workloads.training import Trainer, TrainConfig, waterfall_configs
+    from gpulab.workloads.models import GPTConfig
 
     model = GPTConfig.smoke() if s else GPTConfig.gpt2_small(vocab_size=50257)
     naive = TrainConfig(model=model, batch_size=2 if s else 8, warmup_steps=0)

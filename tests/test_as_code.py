@@ -4,9 +4,9 @@ import dataclasses
 import pytest
 
 from gpulab.lessons.case_study import stages_code_html
-from gpulab.training import TrainConfig, waterfall_configs
-from gpulab.training.as_code import _AS_CODE, change_as_code
-from gpulab.workloads import GPTConfig
+from gpulab.workloads.training import TrainConfig, waterfall_configs
+from gpulab.workloads.training.as_code import _AS_CODE, change_as_code
+from gpulab.workloads.models import GPTConfig
 
 SMALL = GPTConfig(vocab_size=257, n_layer=1, n_head=2, n_embd=32, block_size=32)
 CHANGES = {"model": SMALL.__class__(vocab_size=300, n_layer=1, n_head=2, n_embd=32, block_size=32),

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.results import AS_REFERENCE_ENV, REFERENCE_SLUG, NotebookResult, load_reference, reference_view
+from gpulab.verdicts.results import AS_REFERENCE_ENV, REFERENCE_SLUG, NotebookResult, load_reference, reference_view
 
 
 def test_a_reference_run_loads_no_older_reference_of_its_own_gpu(monkeypatch, tmp_path):
     import shutil
 
-    from gpulab.results import reference_dir
+    from gpulab.verdicts.results import reference_dir
 
     assert load_reference("01_measuring") is not None  # committed
     committed = reference_dir() / "01_measuring.json"

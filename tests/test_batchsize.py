@@ -4,9 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from gpulab.batchsize import (BatchSizeSearch, SimulatedOutOfMemory, find_max_batch_size, grad_accumulation_matches,
-                              is_oom)
-from gpulab.workloads import MLP
+from gpulab.tools.batchsize import BatchSizeSearch, SimulatedOutOfMemory, find_max_batch_size, grad_accumulation_matches, is_oom
+from gpulab.workloads.models import MLP
 
 
 def test_simulated_limit_finds_the_exact_largest_batch():
@@ -135,8 +134,8 @@ def test_grad_accumulation_matches_one_big_batch():
 
 
 def test_sweet_spot_reads_the_guides_table_as_32():
-    from gpulab.sweeps import sweet_spot
-    from gpulab.claims import Estimate
+    from gpulab.workloads.sweeps import sweet_spot
+    from gpulab.measuring.estimates import Estimate
 
     thr = {8: 120, 16: 220, 32: 380, 64: 480}  # guide §6.2: samples/s and GB per batch size
     mem = {8: 12, 16: 18, 32: 28, 64: 45}
@@ -152,12 +151,12 @@ def test_sweet_spot_reads_the_guides_table_as_32():
 
 
 def test_trace_estimate_and_difference():
-    from gpulab.claims import difference
-    from gpulab.sweeps import trace_estimate
-    from gpulab.claims import Estimate
-    from gpulab.experiment import RunResult
-    from gpulab.monitor import Trace
-    from gpulab.timing import Measurement
+    from gpulab.measuring.estimates import difference
+    from gpulab.workloads.sweeps import trace_estimate
+    from gpulab.measuring.estimates import Estimate
+    from gpulab.verdicts.run_result import RunResult
+    from gpulab.measuring.monitor import Trace
+    from gpulab.measuring.measurement import Measurement
 
     trace = Trace(series={"nvml_util": [(0.0, 10.0), (0.2, 20.0), (0.4, 30.0), (0.6, 40.0)]},
                   window={"gpm_sm_active": 55.0})
@@ -172,7 +171,7 @@ def test_trace_estimate_and_difference():
 
 
 def test_run_largest_steps_down_after_an_out_of_memory():
-    from gpulab.sweeps import run_largest
+    from gpulab.workloads.sweeps import run_largest
 
     tried = []
 
@@ -195,7 +194,7 @@ def test_run_largest_steps_down_after_an_out_of_memory():
 
 def test_batch_sweep_rounds_spread_every_size_over_the_sweep():
     """Interleaved rounds after the windows, the order reversed each round, their steps in each size's timings."""
-    from gpulab.sweeps import batch_sweep
+    from gpulab.workloads.sweeps import batch_sweep
     calls = []
     step = lambda b: calls.append(b)  # noqa: E731
     rows, runs = batch_sweep(step, [1, 2, 4], seq_len=8, flops_per_sequence=1e6, min_time_s=0.01, device=None,
@@ -212,7 +211,7 @@ def test_batch_sweep_rounds_spread_every_size_over_the_sweep():
 
 
 def test_utilization_rounds_alternate_and_the_rise_is_judged_over_rounds():
-    from gpulab.sweeps import round_rise, utilization_rounds
+    from gpulab.workloads.sweeps import round_rise, utilization_rounds
     calls = []
     rows, runs, per_round = utilization_rounds(lambda b: calls.append(b), [8, 64], rounds=4, window_s=0.005,
                                                preroll_s=0.0, seq_len=4, flops_per_sequence=1e6)
@@ -238,9 +237,9 @@ def test_a_sweep_point_holds_the_drift_between_its_windows():
     launched by the host in 20-24 ms depending on the moment; 64 gains more throughput than memory (1.68x) unless
     a 32-step takes under 0.84 of a 64-step. One window at 23 ms with tight steps says "surely 64"; with rounds that
     ran at other moments (19.5 ms), the interval must reach 32."""
-    from gpulab.sweeps import rate_over_windows, sweet_spot
-    from gpulab.experiment import RunResult
-    from gpulab.timing import Measurement
+    from gpulab.workloads.sweeps import rate_over_windows, sweet_spot
+    from gpulab.verdicts.run_result import RunResult
+    from gpulab.measuring.measurement import Measurement
 
     def run(b, windows):
         m = Measurement(f"batch {b}", [t + 1e-5 * (i % 3) for t in windows[0] for i in range(30)])
@@ -261,7 +260,7 @@ def test_a_sweep_point_holds_the_drift_between_its_windows():
 
 
 def test_the_relative_gain_is_judged_over_rounds_too():
-    from gpulab.sweeps import round_gain
+    from gpulab.workloads.sweeps import round_gain
     # per round (high / low - 1) * 100: 25, 10, (no reading: left out), (low reads 0: left out), 0
     est = round_gain([40, 50, None, 0, 45], [50, 55, 60, 30, 45])
     assert est.value == pytest.approx(10) and (est.lo, est.hi) == pytest.approx((0, 25))

@@ -5,13 +5,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gpulab import training as T
-from gpulab.claims import Estimate
-from gpulab.lesson import Lesson, _as_spec
+from gpulab.workloads import training as T
+from gpulab.measuring.estimates import Estimate
+from gpulab.verdicts.lesson import Lesson, _as_spec
 from gpulab.lessons import case_study as CS
-from gpulab.monitor import Trace
-from gpulab.results import NotebookResult
-from gpulab.workloads import GPTConfig
+from gpulab.measuring.monitor import Trace
+from gpulab.verdicts.results import NotebookResult
+from gpulab.workloads.models import GPTConfig
 
 
 # The full-size run's params as gl.lesson records them (upper case) and an older reference's (lower case).

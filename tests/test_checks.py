@@ -4,9 +4,10 @@ import math
 import pytest
 import torch
 
-from gpulab import checks
-from gpulab.device import DeviceInfo, get_device, measure_peaks
-from gpulab.monitor import Monitor
+from gpulab.measuring import checks
+from gpulab.measuring.device import DeviceInfo, get_device
+from gpulab.measuring.peaks import measure_peaks
+from gpulab.measuring.monitor import Monitor
 
 
 @pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, "1", True, None])
@@ -76,7 +77,7 @@ def test_cuda_device_index_out_of_range(monkeypatch):
 
 
 def test_cpu_is_named_by_its_processor(monkeypatch):
-    import gpulab.device as device
+    import gpulab.measuring.device as device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(device.Path, "read_text", lambda self, **k: "processor\t: 0\nmodel name\t: AMD  EPYC 7R13 "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from _notebook_run import GUIDE
-from gpulab.lesson import _as_spec
+from gpulab.verdicts.lesson import _as_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "gpulab" / "lessons"

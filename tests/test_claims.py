@@ -5,9 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from gpulab.claims import Claim, Estimate, count_verdicts, estimate_of, judge
-from gpulab.experiment import Comparison, RunResult
-from gpulab.timing import Measurement
+from gpulab.verdicts.claims import Claim, judge
+from gpulab.measuring.estimates import Estimate, estimate_of
+from gpulab.verdicts.tally import count_verdicts
+from gpulab.verdicts.experiment import Comparison
+from gpulab.verdicts.run_result import RunResult
+from gpulab.measuring.measurement import Measurement
 
 
 @pytest.mark.parametrize("interval, verdict, side", [
@@ -120,7 +123,7 @@ def test_estimate_rejects_nan_and_maps_monotone_functions():
 
 
 def test_agreement_between_two_runs():
-    from gpulab.claims import agreement
+    from gpulab.verdicts.tally import agreement
 
     def c(text, verdict, side=None):
         return {"text": text, "verdict": verdict, "side": side}
@@ -149,7 +152,7 @@ def test_no_decided_reference_claim_has_an_interval_touching_its_band():
 
 
 def test_median_interval_is_the_range_for_few_values_and_order_statistics_beyond():
-    from gpulab.claims import median_interval
+    from gpulab.measuring.estimates import median_interval
 
     assert median_interval([3.0]) == (3.0, 3.0)
     assert median_interval([5, 1, 4, 2, 3, 6, 7, 8]) == (1.0, 8.0)  # n = 8: only the range covers 95%
@@ -163,7 +166,7 @@ def test_median_interval_is_the_range_for_few_values_and_order_statistics_beyond
 
 def test_more_rounds_narrow_a_speedup_interval_instead_of_widening_it():
     """One outlying round widens a range but not a confidence interval of the median of 12 rounds."""
-    from gpulab.timing import Measurement, speedup
+    from gpulab.measuring.measurement import Measurement, speedup
 
     def meas(label, rounds):
         return Measurement(label, times_s=list(rounds), meta={"round_medians": list(rounds)})
@@ -175,7 +178,7 @@ def test_more_rounds_narrow_a_speedup_interval_instead_of_widening_it():
 
 
 def test_a_percent_gain_shows_its_speedup_beside_it():
-    from gpulab.claims import Claim
+    from gpulab.verdicts.claims import Claim
 
     c = Claim("TF32 gives a 20-30% matmul speedup", low=20, high=30, unit="% gain")
     assert c.expected == "20–30%"
@@ -219,7 +222,8 @@ def test_repeats_widen_the_interval_to_their_spread_at_a_band_edge():
 
 
 def test_the_course_s_own_targets_are_counted_apart_from_the_guide_s_claims():
-    from gpulab.claims import claim_origin, origin_of
+    from gpulab.verdicts.tally import claim_origin
+    from gpulab.verdicts.claims import origin_of
 
     assert origin_of("course target") == origin_of("course target for gpulab's tracker") == "course"
     assert origin_of("guide §7.3") == origin_of("002 optimization review") == origin_of("000 summary") == "guide"
@@ -237,7 +241,7 @@ def test_the_course_s_own_targets_are_counted_apart_from_the_guide_s_claims():
 
 
 def test_not_comparable_rows_that_repeat_one_measurement_fold_into_one_and_are_never_blank():
-    from gpulab.claims import claims_table_html, fold_claims
+    from gpulab.verdicts.tally import claims_table_html, fold_claims
 
     judged = Claim("floor 10x", low=10, key="08.floor", source="course target").check(12.5, measurement="speedup")
     others = [Claim(f"system {i}: {i}x", low=i, key=f"08.sys{i}").not_comparable(12.5, f"system {i}",
@@ -258,7 +262,7 @@ def test_the_reference_s_not_comparable_rows_fold_to_at_most_30_and_12_in_08(gpu
     import json
     from pathlib import Path
 
-    from gpulab.claims import fold_claims
+    from gpulab.verdicts.tally import fold_claims
 
     folder = Path(__file__).resolve().parents[1] / "data" / "reference" / gpu
     per = {}
@@ -299,7 +303,7 @@ def test_a_comparison_s_round_ratios_are_the_repeats_a_verdict_at_a_band_edge_co
 
 def test_an_undecided_claim_says_why_and_whether_more_rounds_could_decide_it():
     """An interval wider than the band can never lie inside it; one narrower than the band across an edge could."""
-    from gpulab.claims import Claim
+    from gpulab.verdicts.claims import Claim
     wide = Claim("8 -> 12: 15-20% better", low=15, high=20).check((17.0, (11.0, 24.0)), "rounds")
     assert wide.verdict == "inconclusive" and wide.note.startswith("rounds; cannot decide here because the interval "
                                                                    "(13 wide) is wider than the band (5 wide)")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.claims import EVIDENCE
+from gpulab.verdicts.claims import EVIDENCE
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 

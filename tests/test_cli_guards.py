@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.__main__ import main
-from gpulab.app import course
+from gpulab.app import course, run_folders
 from test_results import make_result
 
 pm = pytest.importorskip("papermill")
@@ -30,7 +30,7 @@ def fake_papermill(monkeypatch):
 
 
 def test_out_inside_the_reference_folder_or_notebooks_is_refused(capsys):
-    for out in (course.REFERENCE_DIR / "nvidia-h200", course.NOTEBOOK_DIR / "x"):
+    for out in (run_folders.REFERENCE_DIR / "nvidia-h200", course.NOTEBOOK_DIR / "x"):
         assert main(["run", "01", "--smoke", "--out", str(out)]) == 2
         assert "--out" in capsys.readouterr().err
 
@@ -38,13 +38,13 @@ def test_out_inside_the_reference_folder_or_notebooks_is_refused(capsys):
 def test_a_second_run_into_the_same_folder_exits_2_naming_the_first(tmp_path, capsys, fake_papermill):
     out = tmp_path / "run"
     out.mkdir()
-    (out / course.LOCK_NAME).write_text(f"{os.getppid()} pid, started earlier\n")  # a live process holds it
+    (out / run_folders.LOCK_NAME).write_text(f"{os.getppid()} pid, started earlier\n")  # a live process holds it
     assert main(["run", "01", "--smoke", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "in use by another run" in err and str(os.getppid()) in err and not fake_papermill
-    (out / course.LOCK_NAME).write_text("999999999 pid, started long ago\n")  # a stale lock: its run is gone
+    (out / run_folders.LOCK_NAME).write_text("999999999 pid, started long ago\n")  # a stale lock: its run is gone
     assert main(["run", "01", "--smoke", "--out", str(out)]) == 0
-    assert not (out / course.LOCK_NAME).exists()
+    assert not (out / run_folders.LOCK_NAME).exists()
 
 
 def test_a_result_not_copied_shows_in_the_terminal_and_the_exit_code(tmp_path, monkeypatch, capsys, fake_papermill):

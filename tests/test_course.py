@@ -7,9 +7,10 @@ import matplotlib
 import pytest
 
 from gpulab.app import course
+from gpulab.app.readme import README_MARKERS, reference_section, update_readme
 from gpulab.display import plots
 from gpulab.__main__ import main
-from gpulab.monitor import Trace
+from gpulab.measuring.monitor import Trace
 from test_results import make_result
 
 matplotlib.use("Agg")  # tests only: no display here; the library itself never picks a backend
@@ -122,10 +123,10 @@ def test_every_plot_draws_from_result_objects():
 
 def test_readme_reference_section_matches_the_committed_reference_run(monkeypatch):
     root = Path(__file__).resolve().parents[1]
-    start, end = course.README_MARKERS
+    start, end = README_MARKERS
     section = (root / "README.md").read_text().split(start)[1].split(end)[0].strip()
     monkeypatch.chdir(root)  # the section names the folder as the README links it: relative to the repository
-    assert section == course.reference_section("data/reference/nvidia-h200").strip(), \
+    assert section == reference_section("data/reference/nvidia-h200").strip(), \
         "README out of date: python -m gpulab summary data/reference/<gpu> --readme README.md"
 
 
@@ -133,7 +134,7 @@ def test_update_readme_needs_one_marker_pair(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\nno markers\n")
     with pytest.raises(ValueError, match="reference-summary"):
-        course.update_readme(readme, "data/reference/nvidia-h200")
+        update_readme(readme, "data/reference/nvidia-h200")
     assert readme.read_text() == "# x\n\nno markers\n"  # untouched
 
 
@@ -143,7 +144,7 @@ def test_a_timeline_panel_with_too_few_samples_gives_its_mean_not_a_line():
 
     matplotlib.use("Agg", force=True)
     from gpulab.display import plots
-    from gpulab.monitor import Trace
+    from gpulab.measuring.monitor import Trace
 
     many = Trace(series={"nvml_util": [(i / 10, 50.0 + i) for i in range(20)], "gpm_sm_active": [(0.5, 40.0), (1.5, 60.0)]})
     fig = plots.timeline(("loop", many), metrics=("nvml_util", "gpm_sm_active"))
@@ -183,7 +184,7 @@ def test_summary_beside_a_reference_names_a_different_host(tmp_path):
 
 
 def test_summary_beside_a_reference_gives_both_hosts_launch_speed(tmp_path):
-    from gpulab.results import NotebookResult
+    from gpulab.verdicts.results import NotebookResult
     from test_results import H100
     for folder, us in (("mine", 4.2), ("ref", 6.9)):
         r = NotebookResult("00_device", smoke=False, device=H100)

@@ -7,8 +7,8 @@ import pytest
 
 from gpulab.app import summary
 from gpulab.app.cpu_reference import default_compare, figure_inputs
-from gpulab.device import DeviceInfo
-from gpulab.results import REFERENCE_SLUG
+from gpulab.measuring.device import DeviceInfo
+from gpulab.verdicts.results import REFERENCE_SLUG
 
 COMMITTED = Path(__file__).resolve().parents[1] / "data" / "reference" / REFERENCE_SLUG
 CPU = DeviceInfo(kind="cpu", name="cpu")

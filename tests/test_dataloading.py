@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpulab.dataloading import CUDAPrefetcher, DataLoaderTuning, sweep_workers, tune_dataloader
-from gpulab.workloads import SyntheticImageDataset
+from gpulab.tools.dataloading import CUDAPrefetcher, DataLoaderTuning, sweep_workers, tune_dataloader
+from gpulab.workloads.models import SyntheticImageDataset
 
 
 def _step(x, y):
@@ -67,7 +67,7 @@ def test_image_dataset_works_in_spawned_workers(tmp_path):
 
 def test_tune_dataloader_defaults_scale_to_a_small_dataset(monkeypatch):
     """A 64-sample dataset ran 9 settings of 20 batches (223 s) with the old defaults."""
-    import gpulab.dataloading as dl
+    import gpulab.tools.dataloading as dl
 
     monkeypatch.setattr(dl, "usable_cores", lambda: 2)
     calls = []

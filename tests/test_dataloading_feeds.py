@@ -3,12 +3,14 @@ from _notebook_jobs import live_children
 import pytest
 import torch
 
-from gpulab import sweeps as bs
-from gpulab import dataloading as dl
-from gpulab import claims, feeds
-from gpulab.experiment import RunResult
-from gpulab.flops import transformer_flops_per_token
-from gpulab.workloads import GPTConfig, SmallCNN, SyntheticImageDataset
+from gpulab.workloads import sweeps as bs
+from gpulab.tools import dataloading as dl
+from gpulab.measuring import estimates
+from gpulab.workloads import feeds
+from gpulab.verdicts.run_result import RunResult
+from gpulab.measuring.flops import transformer_flops_per_token
+from gpulab.workloads.models import GPTConfig, SmallCNN, SyntheticImageDataset, denormalize
+from gpulab.workloads import image_feeds
 
 
 _EARLIER: set[int] = set()
@@ -26,12 +28,12 @@ def _no_live_children():
 
 
 def test_worker_counts_include_half_and_all_cores():
-    assert dl.worker_counts(16) == [0, 1, 2, 4, 8, 16]
-    assert dl.worker_counts(12) == [0, 1, 2, 4, 6, 8, 12]
-    assert dl.worker_counts(2, extra=[2, 5]) == [0, 1, 2]  # extras above the core count are dropped
-    assert dl.worker_counts(1) == [0, 1]
+    assert image_feeds.worker_counts(16) == [0, 1, 2, 4, 8, 16]
+    assert image_feeds.worker_counts(12) == [0, 1, 2, 4, 6, 8, 12]
+    assert image_feeds.worker_counts(2, extra=[2, 5]) == [0, 1, 2]  # extras above the core count are dropped
+    assert image_feeds.worker_counts(1) == [0, 1]
     with pytest.raises(ValueError, match="cores"):
-        dl.worker_counts(0)
+        image_feeds.worker_counts(0)
     assert dl.usable_cores() >= 1
 
 
@@ -46,33 +48,33 @@ def test_knee_and_throughput_tables():
     assert feeds.knee(thr, 0.95) == 2 and feeds.knee(thr, 1.0) == 4 and feeds.knee({}) is None
     with pytest.raises(ValueError):
         feeds.knee(thr, 0)
-    assert dl.workers_to_feed(0.05, 0.01) == 5 and dl.workers_to_feed(0.001, 0.01) == 1
+    assert image_feeds.workers_to_feed(0.05, 0.01) == 5 and image_feeds.workers_to_feed(0.001, 0.01) == 1
     with pytest.raises(ValueError):
-        dl.workers_to_feed(0, 1)
+        image_feeds.workers_to_feed(0, 1)
 
 
 def test_cnn_step_trains_and_flops_scale_with_pixels():
     torch.manual_seed(0)
     model = SmallCNN(width=4)
-    step = dl.cnn_train_step(model, "cpu")
+    step = image_feeds.cnn_train_step(model, "cpu")
     before = [p.detach().clone() for p in model.parameters()]
-    x, y = dl.random_image_batches(1, 4, 16)[0]
+    x, y = image_feeds.random_image_batches(1, 4, 16)[0]
     step(x, y)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert all(p.grad is None for p in model.parameters())  # released after the step
-    f16, f32 = dl.cnn_train_flops_per_sample(model, 16), dl.cnn_train_flops_per_sample(model, 32)
+    f16, f32 = image_feeds.cnn_train_flops_per_sample(model, 16), image_feeds.cnn_train_flops_per_sample(model, 32)
     assert f16 > 0 and f32 / f16 == pytest.approx(4, rel=0.01)
 
 
 def test_feed_runs_batches_from_a_cycle_and_a_loader(tmp_path):
     seen = []
-    batches = dl.random_image_batches(2, 3, 8, pin_memory=True)  # pinning is skipped without CUDA
+    batches = image_feeds.random_image_batches(2, 3, 8, pin_memory=True)  # pinning is skipped without CUDA
     assert batches[0][0].is_pinned() == torch.cuda.is_available()
     with feeds.Feed(feeds.cycle(batches), lambda x, y: seen.append(len(x)), "cpu", prefetch=True) as feed:
         feed.run(5)
     assert seen == [3] * 5 and feed.samples == 15 and feed.batches == 5 and not feed.prefetch
     ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
-    loader = dl.endless_loader(ds, batch_size=4, num_workers=1, pin_memory=True)
+    loader = image_feeds.endless_loader(ds, batch_size=4, num_workers=1, pin_memory=True)
     assert loader.pin_memory is torch.cuda.is_available()
     with feeds.Feed(loader, lambda x, y: seen.append(tuple(x.shape)), "cpu") as feed:
         feed.run(3)  # more batches than one pass over the 8 images: the loader never ends
@@ -87,19 +89,19 @@ def test_feed_runs_batches_from_a_cycle_and_a_loader(tmp_path):
 
 def test_epoch_start_times_and_loading_time(tmp_path):
     ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
-    assert dl.time_batch_loading(ds, 4, batches=2) > 0
-    starts = dl.epoch_start_times(ds, batch_size=4, num_workers=1, epochs=3, batches_per_epoch=2)
+    assert image_feeds.time_batch_loading(ds, 4, batches=2) > 0
+    starts = image_feeds.epoch_start_times(ds, batch_size=4, num_workers=1, epochs=3, batches_per_epoch=2)
     assert set(starts.first_batch_s) == {"respawn", "persistent"}
     assert all(len(v) == 3 and min(v) > 0 for v in starts.first_batch_s.values())
     assert starts.ratio > 0 and starts.to_dict()["later_epochs_s"]["persistent"] > 0
     assert _no_live_children()
     with pytest.raises(ValueError, match="epochs"):
-        dl.epoch_start_times(ds, batch_size=4, num_workers=1, epochs=1)
+        image_feeds.epoch_start_times(ds, batch_size=4, num_workers=1, epochs=1)
 
 
 def test_utilization_by_workers_measures_each_count(tmp_path, cpu_device):
     ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
-    step = dl.cnn_train_step(SmallCNN(width=4), "cpu")
+    step = image_feeds.cnn_train_step(SmallCNN(width=4), "cpu")
     out = feeds.utilization_by_workers(ds, step, [0, 1], batch_size=4, batches_per_call=1, flops_per_sample=1e6,
                                     min_time_s=0.02, device=cpu_device, progress=False)
     assert [w for w, _ in out] == [0, 1]
@@ -162,12 +164,12 @@ def test_batch_sweep_rows_and_oom_rows():
 
 def test_denormalize_round_trips_the_dataset_normalization(tmp_path):
     ds = SyntheticImageDataset(tmp_path, n_images=2, size=16, augment=False)
-    img = dl.denormalize(ds[0][0])
+    img = denormalize(ds[0][0])
     assert img.shape == (16, 16, 3) and 0 <= img.min() and img.max() <= 1
 
 
 def test_epoch_start_ratio_has_an_interval():
-    s = dl.EpochStarts(num_workers=2, batch_size=4, batches_per_epoch=2,
+    s = image_feeds.EpochStarts(num_workers=2, batch_size=4, batches_per_epoch=2,
                        first_batch_s={"respawn": [1.0, 0.30, 0.20, 0.25], "persistent": [1.0, 0.10, 0.12, 0.11]})
     e = s.ratio_estimate()
     assert e.value == pytest.approx(0.25 / 0.11)
@@ -179,7 +181,8 @@ def test_measure_feed_times_each_extra_window_for_window_s(cpu_device, monkeypat
     Timed on a fake clock that only the training step advances: no wall time, nothing a loaded host can stretch."""
     import functools
 
-    from gpulab import experiment, timing
+    from gpulab.verdicts import experiment
+    from gpulab.measuring import timing
     from test_timing import FakeClock
 
     clock = FakeClock()
@@ -189,7 +192,7 @@ def test_measure_feed_times_each_extra_window_for_window_s(cpu_device, monkeypat
     def step(x, y):
         clock.t += 2**-9  # about 2 ms; powers of two add up exactly
 
-    batches = dl.random_image_batches(2, 3, 8)
+    batches = image_feeds.random_image_batches(2, 3, 8)
     with feeds.Feed(feeds.cycle(batches), step, "cpu", clock=clock) as feed:
         run = feeds.measure_feed(feed, 1, label="fed", items=3, rounds=2, min_time_s=2**-5, window_s=2**-3,
                                  device=cpu_device)
@@ -202,7 +205,7 @@ def test_measure_feed_times_each_extra_window_for_window_s(cpu_device, monkeypat
 
 
 def test_launch_headroom_needs_cuda_tensors_and_sane_counts():
-    step = dl.cnn_train_step(SmallCNN(width=4), "cpu")
+    step = image_feeds.cnn_train_step(SmallCNN(width=4), "cpu")
     x, y = torch.randn(2, 3, 8, 8), torch.tensor([0, 1])
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         dl.launch_headroom(step, x, y)
@@ -213,7 +216,7 @@ def test_launch_headroom_needs_cuda_tensors_and_sane_counts():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_launch_headroom_times_host_and_gpu_per_step():
-    step = dl.cnn_train_step(SmallCNN(width=8), "cuda")
+    step = image_feeds.cnn_train_step(SmallCNN(width=8), "cuda")
     x, y = torch.randn(8, 3, 32, 32, device="cuda"), torch.randint(10, (8,), device="cuda")
     h = dl.launch_headroom(step, x, y, steps=2, repeats=2)
     assert h["batch"] == 8 and h["host_s"] > 0 and h["gpu_s"] > 0
@@ -231,8 +234,8 @@ def test_batch_sweep_takes_any_step_with_its_sequence_length_and_flops():
 
 def _paired(ratios, per_call=0.05, calls=10):
     """Two fed loops in paired windows whose per-call time ratios (before / after) are `ratios`."""
-    from gpulab.experiment import Comparison
-    from gpulab.timing import Measurement
+    from gpulab.verdicts.experiment import Comparison
+    from gpulab.measuring.measurement import Measurement
 
     def side(label, windows):
         return RunResult(label, Measurement(label, [per_call] * calls, windows=windows), items=256, pipeline=True)
@@ -259,8 +262,8 @@ def test_paired_ratio_is_a_95_percent_interval_even_from_three_window_pairs():
     # the 5% bar; a 95% interval from three pairs is about [0.88, 1.30].
     est = feeds.paired_ratio(_paired([1.17, 1.04, 1.01]))
     assert est.lo == pytest.approx(0.884, abs=0.01) and est.hi == pytest.approx(1.297, abs=0.01)
-    assert claims.t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
-    assert claims.t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
+    assert estimates.t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert estimates.t_quantile(0.975, 8) == pytest.approx(2.306, abs=1e-3)
     with pytest.raises(ValueError, match="two window pairs"):
         feeds.paired_ratio(_paired([1.1]))
 
@@ -268,7 +271,7 @@ def test_paired_ratio_is_a_95_percent_interval_even_from_three_window_pairs():
 def test_a_comparison_on_the_t_interval_says_what_its_claim_says():
     """One pair, one verdict: a comparison made with pair_interval="t" carries paired_ratio's interval, so its
     header ("within noise" or not) and a claim judged on paired_ratio agree, and the choice survives the JSON."""
-    from gpulab.experiment import Comparison
+    from gpulab.verdicts.experiment import Comparison
     ratios = [0.98, 1.12, 1.15, 1.18, 1.14, 1.16]  # the median's interval (their range) holds 1; the mean log's not
     median = _paired(ratios)
     assert median.within_noise

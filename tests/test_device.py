@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from gpulab.device import (DTYPES, PEAK_TABLE, DeviceInfo, check_dtype, float32_matmul_precision, get_device,
-                           lookup_peaks, measure_peaks, slugify)
+from gpulab.measuring.device import DTYPES, PEAK_TABLE, DeviceInfo, check_dtype, float32_matmul_precision, get_device, lookup_peaks, slugify
+from gpulab.measuring.peaks import measure_peaks
 
 CUDA_NAMES = {  # as torch.cuda.get_device_name reports them
     "NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe", "NVIDIA H100 NVL": "H100 NVL",
@@ -108,7 +108,7 @@ def test_slugify():
 
 def test_measure_peaks_is_measured_once_per_run(tmp_path, monkeypatch, cpu_device):
     """Inside one course run every notebook reads the same peak: the second call measures nothing."""
-    import gpulab.peaks as d  # measured peaks live in gpulab.peaks
+    import gpulab.measuring.peaks as d  # measured peaks live in gpulab.measuring.peaks
 
     monkeypatch.setenv("GPULAB_RUN_ID", "run-1")
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
@@ -132,16 +132,6 @@ def test_measure_peaks_rejects_bad_sizes_and_a_bare_string(kwargs, cpu_device):
         measure_peaks(cpu_device, **kwargs)
 
 
-def test_measured_peak_names_stay_importable_from_device():
-    """Readers' code that imports measured-peak names from gpulab.device keeps working after the move."""
-    import gpulab.device as d
-    import gpulab.peaks as p
-
-    assert d.MeasuredPeaks is p.MeasuredPeaks and d.measure_peaks is p.measure_peaks
-    with pytest.raises(AttributeError):
-        d.no_such_name  # noqa: B018
-
-
 def test_old_peaks_name_warns_and_old_files_still_load():
     h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
                       datasheet_peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
@@ -155,7 +145,7 @@ def test_old_peaks_name_warns_and_old_files_still_load():
 def test_measure_peaks_keeps_each_rounds_interval_and_shares_it_in_the_run(tmp_path, monkeypatch, cpu_device):
     """Each round of the best shape keeps a 95% interval for its median call; the peak is the best round, its
     interval the rounds' range, and the next notebook of the run reads the same."""
-    import gpulab.peaks as d
+    import gpulab.measuring.peaks as d
 
     monkeypatch.setenv("GPULAB_RUN_ID", "run-iv")
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
@@ -177,7 +167,7 @@ def test_the_host_cpu_is_recorded_shown_and_named_when_two_runs_differ():
     old = dev.to_dict()
     del old["cpu"]  # a file written before the host was recorded
     assert DeviceInfo.from_dict(old).cpu is None
-    from gpulab.device import host_difference
+    from gpulab.measuring.device import host_difference
     other = {**dev.to_dict(), "cpu": "Intel(R) Xeon(R) Platinum 8480+"}
     line = host_difference(dev.to_dict(), other)
     assert line and "EPYC 9654" in line and "8480+" in line and "launch-bound" in line
@@ -187,7 +177,7 @@ def test_the_host_cpu_is_recorded_shown_and_named_when_two_runs_differ():
 
 
 def test_a_reference_view_says_when_the_hosts_differ():
-    from gpulab.results import ReferenceView
+    from gpulab.verdicts.results import ReferenceView
     mine = {"notebook": "01_measuring", "smoke": False, "experiments": [], "claims": [],
             "device": {"name": "NVIDIA H100 80GB HBM3", "cpu": "CPU A"}}
     ref = {**mine, "device": {"name": "NVIDIA H100 80GB HBM3", "cpu": "CPU B"}}

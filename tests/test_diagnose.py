@@ -10,8 +10,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gpulab as gl
-from gpulab.diagnosis import classify, rules
-from gpulab.diagnosis.report import Diagnosis, Finding, rank
+from gpulab.tools.diagnosis import classify, rules
+from gpulab.tools.diagnosis.report import Diagnosis, Finding, rank
 
 
 def healthy_gpu(**over):
@@ -153,7 +153,7 @@ def test_measured_gains_rank_first_and_a_slower_fix_says_so():
     d = Finding("fp32_matmul", 0.5, {}, "x", "02", gain=_gain(0.8, 0.78, 0.83), why="launch-bound")
     assert [f.kind for f in rank([a, b, c, d])] == ["small_batch", "layout", "fp32_matmul", "launch_bound"]
     assert d.slower and "(slower)" in d.gain_text() and not b.measured
-    from gpulab.diagnosis.trials import slower_reason
+    from gpulab.tools.diagnosis.trials import slower_reason
 
     assert "launch-bound" in slower_reason("fp32_matmul", BEFORE_CASES["launch_bound"])
 
@@ -237,7 +237,7 @@ def test_bad_input_is_refused_before_any_work(kwargs, match):
 
 @pytest.mark.parametrize("kind", ["optimizer", "small_batch"])
 def test_a_trial_times_the_fix_on_copies(kind):
-    from gpulab.diagnosis.trials import Loop, measure
+    from gpulab.tools.diagnosis.trials import Loop, measure
 
     model, opt, make_batch = _tiny()
     weights = {k: v.clone() for k, v in model.state_dict().items()}
@@ -249,7 +249,7 @@ def test_a_trial_times_the_fix_on_copies(kind):
 
 
 def test_an_untriable_fix_says_why():
-    from gpulab.diagnosis.trials import Loop, untried
+    from gpulab.tools.diagnosis.trials import Loop, untried
 
     model, opt, make_batch = _tiny()
     loop = Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu"))
@@ -353,7 +353,7 @@ def test_hopper_cublas_kernels_are_tensor_core_matmuls():
 
 
 def test_trials_run_by_expected_value_with_compile_last():
-    from gpulab.diagnosis import trial_order, trial_seconds
+    from gpulab.tools.diagnosis import trial_order, trial_seconds
 
     f = lambda kind, share: Finding(kind, share, {}, "x", "03")  # noqa: E731
     todo = trial_order([f("launch_bound", 0.6), f("layout", 0.05), f("small_batch", 0.5), f("elementwise", 0.3)])
@@ -367,7 +367,7 @@ def test_trials_run_by_expected_value_with_compile_last():
 def test_the_autocast_trial_really_runs_under_autocast():
     """fp32_matmul's "after" step runs its matmuls in BF16 (its "before" in FP32), even in a model that enters an
     autocast region of its own only when asked to, as the GPU script's GPT-2 does."""
-    from gpulab.diagnosis.trials import Loop, pair
+    from gpulab.tools.diagnosis.trials import Loop, pair
 
     model, opt, make_batch = _tiny()
     seen = []

@@ -1,11 +1,11 @@
-"""gpulab.distributed on CPU: torchrun with gloo on 2 processes, a failing rank, a timeout, the safe environment."""
+"""gpulab.tools.distributed on CPU: torchrun with gloo on 2 processes, a failing rank, a timeout, the safe environment."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from gpulab import distributed as D
+from gpulab.tools import distributed as D
 
 
 def test_safe_env_always_set_even_against_the_callers_values():
@@ -31,7 +31,7 @@ def test_launch_passes_the_safe_env_to_torchrun(monkeypatch):
 
     monkeypatch.setattr(D.subprocess, "Popen", FakePopen)
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
-    run = D.launch("gpulab.distributed:hello", nproc=2, backend="gloo", check=False)
+    run = D.launch("gpulab.tools.distributed:hello", nproc=2, backend="gloo", check=False)
     assert {k: seen["env"][k] for k in D.SAFE_ENV} == D.SAFE_ENV
     assert run.safe_env == D.SAFE_ENV
     assert seen["cmd"][1:4] == ["-m", "torch.distributed.run", "--standalone"]
@@ -56,15 +56,15 @@ def test_choose_backend_picks_nccl_on_every_gpu_only_with_two_or_more():
 
 def test_bad_target_and_timeouts_fail_before_launching():
     with pytest.raises(ValueError, match="target="):
-        D.launch("gpulab.distributed.hello", nproc=1, backend="gloo")
+        D.launch("gpulab.tools.distributed.hello", nproc=1, backend="gloo")
     with pytest.raises(ValueError, match="target="):
-        D.launch("gpulab.distributed:no_such_function", nproc=1, backend="gloo")
+        D.launch("gpulab.tools.distributed:no_such_function", nproc=1, backend="gloo")
     with pytest.raises(ValueError, match="timeout_s"):
-        D.launch("gpulab.distributed:hello", nproc=1, backend="gloo", timeout_s=0)
+        D.launch("gpulab.tools.distributed:hello", nproc=1, backend="gloo", timeout_s=0)
 
 
 def test_two_gloo_ranks_all_reduce_and_report_back():
-    run = D.launch("gpulab.distributed:hello", nproc=2, backend="gloo", timeout_s=120)
+    run = D.launch("gpulab.tools.distributed:hello", nproc=2, backend="gloo", timeout_s=120)
     assert run.ok and [r["rank"] for r in run.results] == [0, 1]
     assert all(r["sum"] == 3.0 and r["world_size"] == 2 for r in run.results)
     assert all(r["env"] == D.SAFE_ENV for r in run.results)  # what the ranks themselves saw
@@ -72,7 +72,7 @@ def test_two_gloo_ranks_all_reduce_and_report_back():
 
 
 def test_a_failing_rank_reports_its_rank_and_traceback():
-    run = D.launch("gpulab.distributed:hello", nproc=2, backend="gloo", kwargs={"fail_rank": 1}, timeout_s=120,
+    run = D.launch("gpulab.tools.distributed:hello", nproc=2, backend="gloo", kwargs={"fail_rank": 1}, timeout_s=120,
                    check=False)
     assert not run.ok
     failed = {r.rank: r for r in run.failures}
@@ -85,7 +85,7 @@ def test_a_failing_rank_reports_its_rank_and_traceback():
 def test_a_launch_past_its_timeout_is_stopped_not_hung():
     # The ranks would sleep 120 s: a launch that returns, timed out, with each rank's error saying so, stopped
     # them (no wall-clock bound here: a loaded host stretches the start-up, not the verdict).
-    run = D.launch("gpulab.distributed:hello", nproc=2, backend="gloo", kwargs={"sleep_s": 120}, timeout_s=10,
+    run = D.launch("gpulab.tools.distributed:hello", nproc=2, backend="gloo", kwargs={"sleep_s": 120}, timeout_s=10,
                    check=False)
     assert run.timed_out and not run.ok
     assert all("timeout" in r.error for r in run.ranks)
@@ -95,7 +95,7 @@ def test_a_launch_past_its_timeout_is_stopped_not_hung():
 
 def test_a_native_gloo_abort_is_told_apart_from_a_python_error():
     """A rank killed by SIGABRT in C++ (no Python error) is launched once more; a rank's own exception is not."""
-    from gpulab.distributed import DistributedRun, RankOutcome, native_abort
+    from gpulab.tools.distributed import DistributedRun, RankOutcome, native_abort
 
     died = RankOutcome(0, False, error="no result: the rank was stopped (another rank failed, or it crashed before "
                                         "reporting)")

@@ -2,8 +2,9 @@
 import pytest
 import torch
 
-from gpulab.device import DeviceInfo
-from gpulab.dtypes import dtype_support, torch_dtype
+from gpulab.measuring.device import DeviceInfo
+from gpulab.measuring.device import dtype_support
+from gpulab.measuring.dtypes import torch_dtype
 
 
 def test_names_aliases_and_torch_dtypes():
@@ -20,12 +21,13 @@ def test_dtype_support_says_why_not():
     assert dtype_support(cpu, "fp32") is None and "CUDA" in dtype_support(cpu, "fp8")
     v100 = DeviceInfo(kind="cuda", name="Tesla V100", capability=(7, 0))
     assert "Ampere" in dtype_support(v100, "bf16")
-    from gpulab import matmuls
+    from gpulab.workloads import matmuls
     assert matmuls.dtype_support is dtype_support  # the matmul workloads use the one source
 
 
 def test_oom_detection_has_one_home():
-    from gpulab import batchsize, memory
+    from gpulab.tools import batchsize
+    from gpulab.measuring import memory
     assert batchsize.is_oom is memory.is_oom
     assert memory.is_oom(RuntimeError("CUDA out of memory. Tried to allocate 12.28 GiB"))
     assert not memory.is_oom(RuntimeError("shape mismatch"))

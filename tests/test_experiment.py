@@ -5,9 +5,12 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab import experiment, timing
-from gpulab.experiment import Claim, Comparison, RunResult
-from gpulab.timing import Measurement, time_calls
+from gpulab.verdicts import experiment
+from gpulab.measuring import timing
+from gpulab.verdicts.experiment import Claim, Comparison
+from gpulab.verdicts.run_result import RunResult
+from gpulab.measuring.timing import time_calls
+from gpulab.measuring.measurement import Measurement
 
 
 def _run(label, times, flops=None, peak=None):

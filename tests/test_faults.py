@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from gpulab.__main__ import main
-from gpulab.app import course, summary
-from gpulab.results import ResultError, load_result
+from gpulab.app import course, run_folders, summary
+from gpulab.verdicts.results import ResultError, load_result
 from test_cli_guards import fake_papermill  # noqa: F401  (one fake runner for both files)
 from test_results import make_result
 
@@ -157,7 +157,7 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path, monkeypatch, capsys):
     assert "stopped by SIGTERM" in line and "1 notebook(s) that finished" in line
     md = (out / "summary.md").read_text()
     assert "01_measuring" in md and "interrupted (SIGTERM)" in md and "03_fusion" not in md
-    assert not (out / course.LOCK_NAME).exists()
+    assert not (out / run_folders.LOCK_NAME).exists()
     assert sorted(p.name for p in out.glob("*.ipynb")) == ["01_measuring.ipynb"]  # 02's cut copy is gone
     assert signal.getsignal(signal.SIGTERM) == before  # the handler lives only while the run does
 
@@ -183,7 +183,7 @@ def test_a_full_disk_is_named_in_one_line_with_no_partial_file_left(tmp_path, mo
     assert main(["run", "01", "02", "03", "--smoke", "--out", str(out)]) == 1
     line = _one_line(capsys.readouterr().err)
     assert "No space left on device" in line or "no space left on the device" in line
-    assert not (out / course.LOCK_NAME).exists()
+    assert not (out / run_folders.LOCK_NAME).exists()
     left = sorted(p.name for p in out.iterdir())
     assert left == ["01_measuring.ipynb", "results"], left  # 01 whole; nothing of 02, 03 never started
     assert not [p for p in tmp_path.rglob("*") if ".gpulab-tmp-" in p.name]
@@ -212,7 +212,7 @@ def test_the_executed_notebook_names_itself_not_its_temporary(tmp_path, capsys, 
 def test_every_problem_of_run_all_is_in_the_terminal_and_the_exit_code(tmp_path, monkeypatch, capsys,
                                                                        fake_papermill):
     """A corrupt latest result of another notebook: the summary lists it, and so do the terminal and the exit code."""
-    from gpulab.device import get_device
+    from gpulab.measuring.device import get_device
 
     latest = tmp_path / "data" / "results"
     monkeypatch.setattr(course, "results_dir", lambda: latest)

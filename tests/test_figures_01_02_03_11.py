@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
-from gpulab.results import comparisons  # noqa: E402
+from gpulab.verdicts.results import comparisons  # noqa: E402
 
 REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "nvidia-h200"
 
@@ -47,7 +47,7 @@ def test_mfu_legend_names_both_colours():
 
 
 def test_bars_value_above_error_bar_and_plain_thousands():
-    fig = plots.bars(["a", "b"], [4.48, 1230.0], ylabel="x", fmt=__import__("gpulab.text", fromlist=["sig"]).sig,
+    fig = plots.bars(["a", "b"], [4.48, 1230.0], ylabel="x", fmt=__import__("gpulab.measuring.text", fromlist=["sig"]).sig,
                      err=[(4.4, 4.98), None])
     ax = fig.axes[0]
     texts = {t.get_text(): t for t in ax.texts}
@@ -66,7 +66,7 @@ def test_short_labels_stay_flat_long_ones_turn():
 
 def test_timeline_panel_with_a_three_point_series_draws_it_as_points():
     """A panel where one side has 3 samples and the other 10 draws the short side as bare points, not a curve."""
-    from gpulab.monitor import Trace
+    from gpulab.measuring.monitor import Trace
 
     long = Trace(duration_s=10, series={"cpu_percent": [(i, 5.0) for i in range(10)],
                                         "nvml_util": [(i / 5, 90.0) for i in range(50)]})
@@ -81,8 +81,8 @@ def test_timeline_panel_with_a_three_point_series_draws_it_as_points():
 
 def test_02_one_colour_per_dtype_and_sizes_on_the_axis():
     from gpulab.lessons import tensor_cores as TC
-    from gpulab.matmuls import MatmulSweep
-    from gpulab.peaks import MeasuredPeaks
+    from gpulab.workloads.matmuls import MatmulSweep
+    from gpulab.measuring.peaks import MeasuredPeaks
 
     ref = _ref("02_tensor_cores")
     sweep, peaks = MatmulSweep.from_dict(ref["extra"]["sweep"]), MeasuredPeaks.from_dict(ref["extra"]["peaks"])

@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
-from gpulab.results import comparisons  # noqa: E402
-from gpulab.text import pct, sig  # noqa: E402
+from gpulab.verdicts.results import comparisons  # noqa: E402
+from gpulab.measuring.text import pct, sig  # noqa: E402
 
 REF = Path(__file__).resolve().parents[1] / "data" / "reference" / "nvidia-h200"
 
@@ -85,8 +85,8 @@ def test_03_bandwidth_in_the_pages_unit(shown):
 
 def test_02_roofline_legend_names_points_and_ridge(shown, monkeypatch):
     from gpulab.lessons import tensor_cores as TC
-    from gpulab.matmuls import MatmulSweep
-    from gpulab.peaks import MeasuredPeaks
+    from gpulab.workloads.matmuls import MatmulSweep
+    from gpulab.measuring.peaks import MeasuredPeaks
 
     monkeypatch.setattr(TC, "_show", lambda: shown.append(plt.gcf()))
     ref = _ref("02_tensor_cores")
@@ -101,7 +101,7 @@ def test_02_roofline_legend_names_points_and_ridge(shown, monkeypatch):
 
 def test_headlines_and_times_at_three_significant_figures():
     """'382.26x faster' and '48.94x faster' on 01 and 02; '11 ms ± 174 µs' on 03."""
-    from gpulab.timing import Speedup, fmt_time
+    from gpulab.measuring.measurement import Speedup, fmt_time
 
     assert Speedup("a", "b", 382.26, False, 369.0, 394.0).verdict == "382x faster"
     assert Speedup("a", "b", 0.5, False, 0.49, 0.51).verdict == "2.00x slower"
@@ -110,7 +110,7 @@ def test_headlines_and_times_at_three_significant_figures():
 
 def test_claim_band_singular_and_ratios_at_three_figures():
     """04 read 'expected >= 1 syncs per step'; 03 read 'measured 3x' and '46% [45.5, 47.5]'."""
-    from gpulab.claims import Claim
+    from gpulab.verdicts.claims import Claim
 
     assert Claim("t", low=1, unit="syncs per step").expected == ">= 1 sync per step"
     assert Claim("t", high=0, unit="syncs per step").expected == "<= 0 syncs per step"
@@ -124,8 +124,8 @@ def test_claim_band_singular_and_ratios_at_three_figures():
 def test_02_roofline_labels_stay_under_the_roof(shown, monkeypatch):
     """On the third H100 page the label of n=2048, just under the compute ceiling, was struck through by it."""
     from gpulab.lessons import tensor_cores as TC
-    from gpulab.matmuls import MatmulSweep
-    from gpulab.peaks import MeasuredPeaks
+    from gpulab.workloads.matmuls import MatmulSweep
+    from gpulab.measuring.peaks import MeasuredPeaks
 
     monkeypatch.setattr(TC, "_show", lambda: shown.append(plt.gcf()))
     ref = _ref("02_tensor_cores")

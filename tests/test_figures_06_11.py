@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
-from gpulab.tracker import StepRecord  # noqa: E402
+from gpulab.tools.tracker import StepRecord  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -107,7 +107,7 @@ def test_06_mfu_stays_visible_where_it_coincides_with_tensor_activity(monkeypatc
 def test_a_memory_peak_narrower_than_a_pixel_is_marked():
     """11 on the H100: the label said "peak 5.39 GB" over areas that stopped at 4.8 GB, the peak a temporary
     freed within a microsecond."""
-    from gpulab.traces import StepMemoryProfile
+    from gpulab.tools.traces import StepMemoryProfile
 
     times = [0.0, 5.0, 10.771, 10.772, 10.773, 20.0]
     act = [0, 4_000_000_000, 4_000_000_000, 5_000_000_000, 4_000_000_000, 0]

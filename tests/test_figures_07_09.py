@@ -9,8 +9,9 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
-from gpulab.experiment import Comparison, RunResult  # noqa: E402
-from gpulab.timing import Measurement  # noqa: E402
+from gpulab.verdicts.experiment import Comparison
+from gpulab.verdicts.run_result import RunResult  # noqa: E402
+from gpulab.measuring.measurement import Measurement  # noqa: E402
 
 
 def run(label, seconds):
@@ -117,8 +118,8 @@ def test_case_study_draws_the_naive_loop_in_one_colour_in_both_charts(monkeypatc
 
 
 def test_tables_beside_the_figures_write_three_significant_figures():
-    from gpulab.traces import TimeBreakdown
-    from gpulab.text import power_of_two as _times
+    from gpulab.tools.traces import TimeBreakdown
+    from gpulab.measuring.text import power_of_two as _times
 
     assert _times(2.0**-10) == "2^-10" and _times(1.0) == "1" and _times(0.3) == "0.3"
     html = TimeBreakdown(steps=2, window_ms=659.234, ms={"kernels": 652.416, "idle: after a sync": 0.0},
@@ -129,7 +130,7 @@ def test_tables_beside_the_figures_write_three_significant_figures():
 def test_tracker_log_line_writes_three_significant_figures():
     from types import SimpleNamespace
 
-    from gpulab.tracker import StepTracker
+    from gpulab.tools.tracker import StepTracker
 
     t = SimpleNamespace(item_name="samples")
     r = SimpleNamespace(step=76, gpu_ms=8.18, items_per_s=500_971.0, tflops=201.8, mfu=0.204, nvml_util=66.0,
@@ -143,7 +144,7 @@ def test_tracker_log_line_writes_three_significant_figures():
 def test_07_underflow_histogram_legend_clears_the_bars_and_never_rounds_to_all():
     """07 on the H100: the panel legend covered the logit histogram's tallest bars, and "100% below" sat over a
     bar of 8,192 logit gradients above FP16's smallest number (99.998%); the table said "100%" zeroed too."""
-    from gpulab.training.numerics import UnderflowReport, plot_underflow, share
+    from gpulab.workloads.training.numerics import UnderflowReport, plot_underflow, share
 
     assert share(0.9999794960021973) == "99.998%" and share(1.0) == "100%" and share(0.403) == "40.3%"
     assert share(0.0) == "0%" and share(1 - 1e-12) == "> 99.99999%"

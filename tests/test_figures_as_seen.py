@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from gpulab.display import plots  # noqa: E402
 from gpulab.lessons import data_overlap as DO  # noqa: E402
 from gpulab.lessons import sync_points as SP  # noqa: E402
-from gpulab.monitor import Trace  # noqa: E402
+from gpulab.measuring.monitor import Trace  # noqa: E402
 from test_results import make_result  # noqa: E402
 
 
@@ -163,8 +163,8 @@ def test_throughput_sweep_uses_the_notebooks_colours_and_the_reference_sweep():
 
 def test_search_tables_show_three_significant_figures_and_one_memory_unit():
     """05's settings table read 1127.8 samples/s and 'cpu percent'; 06's search read '2688.9 MiB' beside GB."""
-    from gpulab.batchsize import BatchSizeSearch
-    from gpulab.dataloading import DataLoaderTuning
+    from gpulab.tools.batchsize import BatchSizeSearch
+    from gpulab.tools.dataloading import DataLoaderTuning
 
     row = dict(num_workers=2, pin_memory=False, prefetch_factor=2, persistent_workers=True, samples_per_s=1127.8,
                seconds=0.5672, cpu_percent=13.3, batches=10)
@@ -179,7 +179,7 @@ def test_search_tables_show_three_significant_figures_and_one_memory_unit():
 def test_search_table_shortens_an_error_to_whole_sentences():
     """06's search cut PyTorch's out-of-memory message at 160 characters: '... Including non-PyTorch memory, this
     process h'."""
-    from gpulab.batchsize import BatchSizeSearch
+    from gpulab.tools.batchsize import BatchSizeSearch
 
     msg = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 16.50 GiB. GPU 0 has a total capacity of 79.18 GiB"
            " of which 5.99 GiB is free. Including non-PyTorch memory, this process h")

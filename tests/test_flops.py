@@ -3,10 +3,9 @@ import warnings
 import pytest
 import torch
 
-from gpulab import flops
-from gpulab.flops import (attention_flops, count_flops, guide_transformer_flops, matmul_flops, mfu,
-                          transformer_flops_per_token)
-from gpulab.workloads import GPT, GPTConfig
+from gpulab.measuring import flops
+from gpulab.measuring.flops import attention_flops, count_flops, guide_transformer_flops, matmul_flops, mfu, transformer_flops_per_token
+from gpulab.workloads.models import GPT, GPTConfig
 
 
 def test_matmul_formula_matches_flop_counter():

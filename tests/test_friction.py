@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab.profiling import ProfileSummary
-from gpulab.traces import StepMemoryProfile, categorize
+from gpulab.measuring.profiling import ProfileSummary
+from gpulab.tools.traces import StepMemoryProfile, categorize
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU behaviour")
 

@@ -14,10 +14,11 @@ import matplotlib
 import nbformat
 import pytest
 
-from gpulab.app import course
+from gpulab.app import course, run_folders
 from gpulab.__main__ import main
-from gpulab.device import get_device
-from gpulab.results import TMP_MARK, load_result, write_json_atomic
+from gpulab.measuring.device import get_device
+from gpulab.measuring.files import TMP_MARK, write_json_atomic
+from gpulab.verdicts.results import load_result
 from test_results import make_result
 
 matplotlib.use("Agg")  # tests only
@@ -65,8 +66,8 @@ def fake_notebooks(monkeypatch):
 
     monkeypatch.setattr(pm, "execute_notebook", fake_execute)
     monkeypatch.setattr(course, "get_device", lambda: make_result().device, raising=False)
-    import gpulab.device
-    monkeypatch.setattr(gpulab.device, "get_device", lambda index=None: make_result().device)
+    import gpulab.measuring.device
+    monkeypatch.setattr(gpulab.measuring.device, "get_device", lambda index=None: make_result().device)
     return calls, failing
 
 
@@ -84,10 +85,10 @@ def test_out_inside_notebooks_is_refused(no_notebook_may_run, monkeypatch, capsy
 
 def test_default_run_folder_started_inside_notebooks_lands_beside_it(monkeypatch, tmp_path):
     monkeypatch.chdir(course.NOTEBOOK_DIR)
-    monkeypatch.setattr(course, "NOTEBOOK_DIR", course.NOTEBOOK_DIR)  # unchanged; new_run_dir checks it
+    monkeypatch.setattr(run_folders, "NOTEBOOK_DIR", course.NOTEBOOK_DIR)  # unchanged; new_run_dir checks it
     fake_root = tmp_path / "repo"
     (fake_root / "notebooks").mkdir(parents=True)
-    monkeypatch.setattr(course, "NOTEBOOK_DIR", fake_root / "notebooks")
+    monkeypatch.setattr(run_folders, "NOTEBOOK_DIR", fake_root / "notebooks")
     monkeypatch.chdir(fake_root / "notebooks")
     path = course.new_run_dir()
     assert path.parent == fake_root / "runs"
@@ -204,7 +205,7 @@ def test_a_corrupt_result_written_during_a_run_does_not_end_it(tmp_path, monkeyp
 def test_a_write_killed_midway_leaves_a_named_temporary_that_the_next_write_removes(tmp_path):
     target = tmp_path / "r" / "01_measuring.json"
     write_json_atomic(target, {"old": 1})
-    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); import gpulab.results as r\n"
+    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); import gpulab.verdicts.results as r\n"
             "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
             "r.write_json_atomic(sys.argv[1], {'big': list(range(100000))})\n")
     proc = subprocess.run([sys.executable, "-c", code, str(target), str(ROOT)])

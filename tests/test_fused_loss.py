@@ -3,9 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpulab import fused_loss as FL
-from gpulab import training as T
-from gpulab.workloads import GPT, GPTConfig
+from gpulab.workloads import fused_loss as FL
+from gpulab.workloads import training as T
+from gpulab.workloads.models import GPT, GPTConfig
 
 
 def _inputs(n=37, c=16, v=70, device="cpu", seed=0):

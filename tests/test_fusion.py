@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.lesson import lesson
+from gpulab.verdicts.lesson import lesson
 from gpulab.lessons import fusion as F3
-from gpulab.params import SCHEMAS
+from gpulab.verdicts.params import SCHEMAS
 
 
 
@@ -86,7 +86,7 @@ def test_a_p_override_survives_the_smoke_run(smoke_run):
 
 
 def test_gelu_traffic_counts_eight_ops_and_nine_times_the_fused_bytes():
-    from gpulab.workloads import gelu_tanh
+    from gpulab.workloads.models import gelu_tanh
 
     x = torch.randn(1000)
     t = F3.eager_traffic(gelu_tanh, x)
@@ -106,7 +106,7 @@ def test_views_and_broadcasts_move_no_extra_bytes():
 def test_no_compiler_is_said_not_raised(monkeypatch):
     """The degrade path the notebook keeps: without a compiler, compiler_available says why (the notebook skips
     every compile step with that reason); with a broken one, the first call's error comes back as text."""
-    from gpulab import compiler
+    from gpulab.measuring import compiler
 
     ok, why = compiler.compiler_available("cpu")
     assert isinstance(ok, bool) and why

@@ -4,7 +4,7 @@ import json
 import pytest
 
 import gpulab as gl
-from gpulab.host import launch_range_us, launch_times_us, speed_difference
+from gpulab.measuring.host import launch_range_us, launch_times_us, speed_difference
 
 
 def rounds_last(monkeypatch, round_s: float) -> None:
@@ -69,7 +69,7 @@ def test_the_summary_gives_the_host_speed_where_verdicts_differ():
 
 
 def test_the_reference_view_gives_both_hosts_speeds():
-    from gpulab.results import ReferenceView
+    from gpulab.verdicts.results import ReferenceView
 
     html = ReferenceView(_result(8.7, "inconclusive"), _result(6.2, "confirmed"))._repr_html_()
     assert "Host 8.7 µs per kernel launch here, 6.2 µs in the reference: this host was 1.4x slower" in html
@@ -78,8 +78,8 @@ def test_the_reference_view_gives_both_hosts_speeds():
 def test_a_gpu_described_on_a_machine_without_cuda_records_no_host_speed(monkeypatch, tmp_path):
     """Tests describe an H100 on a CPU-only machine to reach the GPU code paths: the lesson must not launch on it."""
     import torch
-    from gpulab.device import DeviceInfo
-    from gpulab.host import host_speed
+    from gpulab.measuring.device import DeviceInfo
+    from gpulab.measuring.host import host_speed
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0))
@@ -99,7 +99,7 @@ def _topology(root, siblings):
 
 
 def test_physical_cores_count_two_threads_of_one_core_once(tmp_path, monkeypatch):
-    from gpulab.device import physical_cores
+    from gpulab.measuring.device import physical_cores
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert physical_cores(_topology(tmp_path / "ht", ["0,2", "1,3", "0,2", "1,3"])) == 2
     assert physical_cores(_topology(tmp_path / "noht", ["0", "1", "2", "3"])) == 4
@@ -107,7 +107,7 @@ def test_physical_cores_count_two_threads_of_one_core_once(tmp_path, monkeypatch
 
 
 def test_the_recorded_host_names_its_physical_cores(cpu_device, tmp_path, monkeypatch):
-    from gpulab.host import host_speed
-    monkeypatch.setattr("gpulab.host.physical_cores", lambda: 8)
+    from gpulab.measuring.host import host_speed
+    monkeypatch.setattr("gpulab.measuring.host.physical_cores", lambda: 8)
     host = host_speed(cpu_device, launches=10, rounds=1)
     assert host["physical_cores"] == 8 and host["cores"] == cpu_device.cpu_cores

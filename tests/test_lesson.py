@@ -4,7 +4,7 @@ import json
 import pytest
 
 import gpulab as gl
-from gpulab.lesson import NEEDS
+from gpulab.verdicts.lesson import NEEDS
 
 
 def _lesson(ns, **kw):
@@ -48,7 +48,7 @@ def test_claim_needs_give_not_tested_in_one_place(tmp_path, monkeypatch):
 def test_a_smoke_run_judges_no_timing_claim_but_still_judges_the_rest(tmp_path, monkeypatch):
     """Smoke sizes carry no speed verdict: a speed, ratio, MFU or utilization claim is "not tested" with the
     reason; a count, a definition, arithmetic, a datasheet value or a claim marked untimed is still judged."""
-    from gpulab.claims import SMOKE_NOTE
+    from gpulab.verdicts.claims import SMOKE_NOTE
 
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
     les = _lesson({}, claims=[dict(key="speed", text="2-3x faster", low=2, high=3),
@@ -95,7 +95,7 @@ def test_every_need_answers_on_cpu():
 
 
 def test_the_section_clock_times_each_section_from_the_last_lap_or_mark():
-    from gpulab.lesson import SectionClock
+    from gpulab.verdicts.lesson import SectionClock
 
     now = iter([0.0, 2.0, 5.0, 6.0, 9.0])
     clock = SectionClock(lambda: next(now))  # starts at 0

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab.batchsize import grad_accumulation_matches
-from gpulab.claims import Estimate
-from gpulab.device import DeviceInfo
-from gpulab.lesson import _as_spec
+from gpulab.tools.batchsize import grad_accumulation_matches
+from gpulab.measuring.estimates import Estimate
+from gpulab.measuring.device import DeviceInfo
+from gpulab.verdicts.lesson import _as_spec
 from gpulab.lessons import batch_size as M
-from gpulab.workloads import GPTConfig
+from gpulab.workloads.models import GPTConfig
 from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")

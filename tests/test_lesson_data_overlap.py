@@ -10,11 +10,13 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab.claims import SMOKE_NOTE, Estimate
-from gpulab.device import DeviceInfo
-from gpulab.lesson import _as_spec
-from gpulab import dataloading as dl
+from gpulab.verdicts.claims import SMOKE_NOTE
+from gpulab.measuring.estimates import Estimate
+from gpulab.measuring.device import DeviceInfo
+from gpulab.verdicts.lesson import _as_spec
+from gpulab.tools import dataloading as dl
 from gpulab.lessons import data_overlap as L
+from gpulab.workloads import image_feeds
 from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
@@ -60,7 +62,7 @@ def _rates(util):
 
 
 def _starts():
-    return dl.EpochStarts(num_workers=2, batch_size=8, batches_per_epoch=4,
+    return image_feeds.EpochStarts(num_workers=2, batch_size=8, batches_per_epoch=4,
                           first_batch_s={"respawn": [0.5, 0.2, 0.22, 0.21], "persistent": [0.5, 0.01, 0.012, 0.011]})
 
 
@@ -314,7 +316,7 @@ def test_busy_intervals_merge_and_draw():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpulab.traces import union_spans
+    from gpulab.tools.traces import union_spans
 
     assert union_spans([(0.5, 0.6), (0.0, 0.2), (0.1, 0.3)]) == [(0.0, 0.3), (0.5, 0.6)]
     L.busy_idle_figure({"starved": [(0.0, 0.1), (0.9, 1.0)], "fed": [(0.0, 0.5), (0.5, 1.0)], "empty": []},
@@ -326,7 +328,7 @@ def test_feed_takes_a_prefetcher_class_of_ones_own():
     """`Feed(prefetch=SomeClass)` iterates SomeClass(batches, device) on CUDA; off CUDA it is the plain loop."""
     import torch
 
-    from gpulab import feeds
+    from gpulab.workloads import feeds
 
     seen = []
     feed = feeds.Feed(feeds.cycle([(torch.ones(2, 3), torch.zeros(2))]), lambda x, y: seen.append(x.shape), "cpu",

@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 
 import gpulab as gl
-from gpulab.claims import Estimate
-from gpulab.lesson import _as_spec
+from gpulab.measuring.estimates import Estimate
+from gpulab.verdicts.lesson import _as_spec
 from gpulab.lessons import measuring as M
 from gpulab.lessons import tensor_cores as TC
-from gpulab.monitor import Trace
-from gpulab.params import SCHEMAS
-from gpulab.sampling import BurstRun
+from gpulab.measuring.monitor import Trace
+from gpulab.verdicts.params import SCHEMAS
+from gpulab.workloads.sampling import BurstRun
 
 from _notebook_run import GUIDE  # noqa: E402
 
@@ -84,7 +84,7 @@ def test_kernels_active_is_nvml_over_the_busy_share_and_can_fail():
 def test_kernels_active_holds_only_if_every_burst_pattern_does():
     """A definition holds on every workload: 1 ms bursts that NVML reads at 0.78 of their busy time are not hidden by
     10 ms bursts read at 0.95 (the quartiles of all periods pooled read [0.91, 0.95] here and confirmed it)."""
-    from gpulab.sampling import captured_share
+    from gpulab.workloads.sampling import captured_share
 
     spec = _as_spec(next(c for c in M.CLAIMS if c["key"] == "kernels_active"))
     short = BurstRun(burst_ms=1, gap_ms=9, periods=[(i, i + 1, 7.8, 10.0) for i in range(3)])
@@ -101,8 +101,8 @@ def test_kernels_active_holds_only_if_every_burst_pattern_does():
 def test_raw_matmul_is_judged_on_the_best_shape_with_the_range_of_its_rounds():
     """The best shape the search found, its best round; the interval covers every round, so a spread like the
     earlier H100 run's (66.2-72.6% over seven measurements of one shape) reads inconclusive, not a 0.06-point verdict."""
-    from gpulab.device import DeviceInfo, lookup_peaks
-    from gpulab.peaks import MeasuredPeaks
+    from gpulab.measuring.device import DeviceInfo, lookup_peaks
+    from gpulab.measuring.peaks import MeasuredPeaks
 
     h100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0),
                       datasheet_peaks=lookup_peaks("NVIDIA H100 80GB HBM3"))
@@ -155,7 +155,7 @@ def test_bad_neighbours_are_the_guides():
 
 
 def test_tables_use_readable_numbers():
-    from gpulab.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     table = TC.dtype_table({"fp32": Measurement("fp32", [2e-3] * 3), "bf16": Measurement("bf16", [2e-4] * 3)}, 1e12)
     assert "10.0x" in table and "500 TFLOP/s" in table

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gpulab.lessons import profiling as L
-from gpulab.traces import TimeBreakdown
+from gpulab.tools.traces import TimeBreakdown
 
 # Recorded on an H100 (09's reference run): the slow loop (FP32 with TF32 off) and the loop after BF16 autocast.
 SLOW_TOP = [
@@ -103,7 +103,7 @@ def test_launch_bound_verdicts_stand_on_each_trackers_own_time(smoke_run):
     """On the launch-bound loop the host paces the step, so both trackers are judged on their own host time (the
     guide's: inside its start_step() and end_step(), its two syncs); on the GPU-bound loop the paired A/B decides.
     A smoke run judges none of them (no timing claim at smoke sizes) but names what a full run judges each on."""
-    from gpulab.claims import SMOKE_NOTE
+    from gpulab.verdicts.claims import SMOKE_NOTE
 
     data, _ = smoke_run("09_profiling")
     claims = {c["key"]: c for c in data["claims"]}
@@ -121,8 +121,8 @@ def test_launch_bound_verdicts_stand_on_each_trackers_own_time(smoke_run):
 def test_the_guide_tracker_takes_enough_pairs_for_its_bar():
     """H100 runs read the guide's tracker at 0.44-0.79% of the GPU-bound step against a 1% bar: 240 pairs of rounds
     put the median's 95% interval between the 105th and the 136th sorted difference."""
-    from gpulab.claims import median_interval
-    from gpulab.params import SCHEMAS
+    from gpulab.measuring.estimates import median_interval
+    from gpulab.verdicts.params import SCHEMAS
 
     n = SCHEMAS["09_profiling"]["OVERHEAD_ROUNDS"].size_for(False)
     assert n >= 240 and median_interval([float(i) for i in range(n)]) == (104.0, 135.0)

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab import distributed as D
+from gpulab.tools import distributed as D
+from gpulab.tools import links
 from gpulab.lessons import multi_gpu as R
 
 
 def test_bus_bandwidth_is_algbw_times_2_n_minus_1_over_n():
-    assert D.bus_bandwidth_gbs(1e9, 1.0, 2) == pytest.approx(1.0)  # n=2: busbw = algbw
-    assert D.bus_bandwidth_gbs(1e9, 1.0, 8) == pytest.approx(1.75)
-    assert D.bus_bandwidth_gbs(4e9, 2.0, 4) == pytest.approx(2.0 * 1.5)
-    assert D.bus_bandwidth_gbs(1e9, 1.0, 1) == 0.0
+    assert links.bus_bandwidth_gbs(1e9, 1.0, 2) == pytest.approx(1.0)  # n=2: busbw = algbw
+    assert links.bus_bandwidth_gbs(1e9, 1.0, 8) == pytest.approx(1.75)
+    assert links.bus_bandwidth_gbs(4e9, 2.0, 4) == pytest.approx(2.0 * 1.5)
+    assert links.bus_bandwidth_gbs(1e9, 1.0, 1) == 0.0
     with pytest.raises(ValueError, match="world_size"):
-        D.bus_bandwidth_gbs(1e9, 1.0, 0)
+        links.bus_bandwidth_gbs(1e9, 1.0, 0)
     with pytest.raises(ValueError, match="seconds"):
-        D.bus_bandwidth_gbs(1e9, 0.0, 2)
+        links.bus_bandwidth_gbs(1e9, 0.0, 2)
 
 
 class FakeNVML:
@@ -54,15 +55,15 @@ class FakeNVML:
 
 
 def test_link_limit_nvlink4_h100_is_18_links_of_25_gbs():
-    info = D.link_limit(0, nvml=FakeNVML(links=18, version=6))
+    info = links.link_limit(0, nvml=FakeNVML(links=18, version=6))
     assert info.kind == "nvlink" and info.limit_gbs == pytest.approx(450.0) and "4.0" in info.detail
 
 
 def test_link_limit_falls_back_to_pcie_and_to_none():
-    info = D.link_limit(0, nvml=FakeNVML(links=0, gen=5, width=16))
+    info = links.link_limit(0, nvml=FakeNVML(links=0, gen=5, width=16))
     assert info.kind == "pcie" and info.limit_gbs == pytest.approx(16 * 3.938)
-    assert D.link_limit(None).limit_gbs is None
-    assert D.link_limit(0, nvml=FakeNVML(links=2, version=99)).limit_gbs is None  # unknown version: no guess
+    assert links.link_limit(None).limit_gbs is None
+    assert links.link_limit(0, nvml=FakeNVML(links=2, version=99)).limit_gbs is None  # unknown version: no guess
 
 
 def test_overlap_fraction():

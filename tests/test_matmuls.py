@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
-from gpulab import matmuls as ml
-from gpulab.device import DeviceInfo, lookup_peaks
+from gpulab.workloads import matmuls as ml
+from gpulab.workloads import number_formats as nf
+from gpulab.measuring.device import DeviceInfo, lookup_peaks
 
 CPU = DeviceInfo(kind="cpu", name="test cpu")
 
@@ -44,7 +45,7 @@ def test_fp8_models_come_from_the_datasheet_table():
 
 
 def test_format_table_from_finfo():
-    rows = {r.name: r for r in ml.format_table()}
+    rows = {r.name: r for r in nf.format_table()}
     f32, tf32, bf16, f16 = rows["FP32"], rows["TF32"], rows["BF16"], rows["FP16"]
     assert (f32.bits, f32.exponent_bits, f32.mantissa_bits) == (32, 8, 23)
     assert (bf16.bits, bf16.exponent_bits, bf16.mantissa_bits) == (16, 8, 7)
@@ -58,15 +59,15 @@ def test_format_table_from_finfo():
         assert (e4.exponent_bits, e4.mantissa_bits, e4.max) == (4, 3, 448)
         assert rows["FP8 E5M2"].max == 57344
     json.dumps([r.to_dict() for r in rows.values()])
-    assert "<table>" in ml.formats_html(list(rows.values()))
+    assert "<table>" in nf.formats_html(list(rows.values()))
 
 
 def test_format_mismatches_flags_only_wrong_fields():
-    rows = {r.name: r for r in ml.format_table()}
-    assert ml.format_mismatches(rows["FP32"], exponent_bits=8, mantissa_bits=23, max_abs=3.4e38, digits=7) == []
-    assert ml.format_mismatches(rows["BF16"], exponent_bits=8, mantissa_bits=7, max_abs=3.4e38, digits=2) == []
-    assert ml.format_mismatches(rows["FP16"], exponent_bits=5, mantissa_bits=10, max_abs=65504, digits=3) == []
-    bad = ml.format_mismatches(rows["FP16"], exponent_bits=8, mantissa_bits=10, max_abs=3.4e38, digits=4)
+    rows = {r.name: r for r in nf.format_table()}
+    assert nf.format_mismatches(rows["FP32"], exponent_bits=8, mantissa_bits=23, max_abs=3.4e38, digits=7) == []
+    assert nf.format_mismatches(rows["BF16"], exponent_bits=8, mantissa_bits=7, max_abs=3.4e38, digits=2) == []
+    assert nf.format_mismatches(rows["FP16"], exponent_bits=5, mantissa_bits=10, max_abs=65504, digits=3) == []
+    bad = nf.format_mismatches(rows["FP16"], exponent_bits=8, mantissa_bits=10, max_abs=3.4e38, digits=4)
     assert len(bad) == 3 and any("exponent" in b for b in bad) and any("digits" in b for b in bad)
 
 
@@ -112,7 +113,7 @@ def test_point_fractions():
 
 
 def test_layers_for_alignment_count_flops_like_the_formula():
-    from gpulab.flops import count_flops
+    from gpulab.measuring.flops import count_flops
     run, flops = ml.mlp_forward(16, 24, "fp32", "cpu")
     assert run().shape == (16, 24)
     assert count_flops(run).total == flops == 16 * 16 * 24**2

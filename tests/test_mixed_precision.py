@@ -9,11 +9,11 @@ import matplotlib
 import pytest
 
 import gpulab as gl
-from gpulab.claims import Estimate
-from gpulab.device import DeviceInfo
+from gpulab.measuring.estimates import Estimate
+from gpulab.measuring.device import DeviceInfo
 from gpulab.lessons import mixed_precision as M
-from gpulab.params import SCHEMAS
-from gpulab.training import loss_gap_estimate
+from gpulab.verdicts.params import SCHEMAS
+from gpulab.workloads.training import loss_gap_estimate
 from _notebook_run import parameters_cell
 
 matplotlib.use("Agg")
@@ -171,8 +171,9 @@ def test_an_fp16_autocast_run_leaves_the_bf16_claims_untested(gpu_lesson):
 def test_tf32_claim_interval_holds_every_round():
     """A claim at a band edge stands on the spread of its own repeats: the median's interval widened to each
     interleaved round's ratio."""
-    from gpulab.experiment import Comparison, RunResult
-    from gpulab.timing import Measurement
+    from gpulab.verdicts.experiment import Comparison
+    from gpulab.verdicts.run_result import RunResult
+    from gpulab.measuring.measurement import Measurement
 
     def run(per_call):
         return RunResult("x", Measurement("x", per_call, windows=[(1, t) for t in per_call]))

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from gpulab.device import DeviceInfo
-from gpulab.monitor import Monitor, Trace
+from gpulab.measuring.device import DeviceInfo
+from gpulab.measuring.monitor import Monitor, Trace
 
 FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", index=0, capability=(9, 0),
                       uuid="GPU-1234", pci_bus_id="00000000:00:06.0")
@@ -102,7 +102,7 @@ def window_clock(monkeypatch):
     """The monitor's window timed on a clock the test advances: a loaded host cannot stretch 20 ms past 100 ms."""
     import types
 
-    from gpulab import monitor
+    from gpulab.measuring import monitor
     from test_timing import FakeClock
 
     clock = FakeClock()
@@ -185,7 +185,7 @@ def test_trace_round_trips_and_monitor_rejects_misuse():
 
 def test_watch_covers_the_requested_window_of_back_to_back_work(cpu_device, window_clock):
     """On the window's clock, which only the work advances: a loaded host cannot cut the number of calls."""
-    from gpulab.monitor import watch
+    from gpulab.measuring.monitor import watch
 
     calls = []
 
@@ -199,7 +199,7 @@ def test_watch_covers_the_requested_window_of_back_to_back_work(cpu_device, wind
 
 @pytest.mark.parametrize("kwargs", [dict(seconds=0), dict(seconds=float("nan")), dict(sync_every=0)])
 def test_watch_rejects_bad_input(kwargs, cpu_device):
-    from gpulab.monitor import watch
+    from gpulab.measuring.monitor import watch
 
     with pytest.raises(ValueError):
         watch(lambda: None, device=cpu_device, **kwargs)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpulab.results import load_result
+from gpulab.verdicts.results import load_result
 
 
 @pytest.mark.notebook

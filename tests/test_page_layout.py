@@ -119,8 +119,8 @@ def test_headline_figure_keeps_titles_labels_and_values_inside_and_apart():
 def test_the_print_stylesheet_wraps_code_and_says_where_a_folded_table_is():
     """On A4, 152 code lines ran off the right edge, and "(the full table: click)" led nowhere on paper."""
     import gpulab as gl
-    from gpulab.claims import Claim
-    from gpulab.verdicts import claims_table_html
+    from gpulab.verdicts.claims import Claim
+    from gpulab.verdicts.tally import claims_table_html
 
     folded = gl.fold("<table><tr><td>1</td></tr></table>", summary="every size")._repr_html_()
     claims = claims_table_html([Claim("x", low=1, unit="x", key="01.x").check(2.0)])

@@ -13,7 +13,8 @@ import pytest
 import gpulab as gl
 from gpulab.app import html_export
 from gpulab.app.html_export import noise
-from gpulab.claims import Claim, claims_table_html
+from gpulab.verdicts.claims import Claim
+from gpulab.verdicts.tally import claims_table_html
 from test_results import make_result
 
 REPO = str(Path(__file__).resolve().parents[1])

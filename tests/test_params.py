@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import gpulab as gl
-from gpulab.params import SCHEMAS, check_params, parse_value
+from gpulab.verdicts.params import SCHEMAS, check_params, parse_value
 from _notebook_run import parameters_cell
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

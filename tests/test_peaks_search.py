@@ -1,8 +1,8 @@
 """The peak search's logic, on a fake timer: which shapes it times, how it ranks them, what it reports."""
 import pytest
 
-from gpulab import peak_search
-from gpulab import peaks as P
+from gpulab.measuring import peak_search as S
+from gpulab.measuring import peaks as P
 
 
 def fake_timer(rate_of, log=None):
@@ -10,24 +10,24 @@ def fake_timer(rate_of, log=None):
     def time_calls(shape, n):
         if log is not None:
             log.append((shape, n))
-        return [P.shape_flops(shape) / (rate_of(shape) * 1e12)] * n
+        return [S.shape_flops(shape) / (rate_of(shape) * 1e12)] * n
     return time_calls
 
 
 def test_search_shapes_at_4096_is_mamf_finders_quick_range_plus_8192_cubed():
-    shapes = P.search_shapes(4096)
+    shapes = S.search_shapes(4096)
     assert shapes[0] == (256, 4096, 4096) and shapes[-2] == (20224, 4096, 4096)
     assert len(shapes) == 79 + 1 and shapes[-1] == (8192, 8192, 8192)
-    assert P.search_shapes(64, m_step=64, cube=False) == [(64, 64, 64), (128, 64, 64), (192, 64, 64), (256, 64, 64)]
+    assert S.search_shapes(64, m_step=64, cube=False) == [(64, 64, 64), (128, 64, 64), (192, 64, 64), (256, 64, 64)]
     with pytest.raises(ValueError, match="size"):
-        P.search_shapes(0)
+        S.search_shapes(0)
     with pytest.raises(ValueError, match="m_step"):
-        P.search_shapes(64, m_step=-1)
+        S.search_shapes(64, m_step=-1)
 
 
 def test_search_finds_the_fastest_shape_and_reports_its_median_round_with_the_rounds_range():
     rates = {(256, 64, 64): 50.0, (512, 64, 64): 90.0, (768, 64, 64): 80.0, (128, 128, 128): 70.0}
-    found = P.search_best_shape(fake_timer(rates.get), list(rates), shape_s=1e-3, round_s=1e-3, top=2, rounds=3)
+    found = S.search_best_shape(fake_timer(rates.get), list(rates), shape_s=1e-3, round_s=1e-3, top=2, rounds=3)
     assert found.best == (512, 64, 64) and found.tflops == pytest.approx(90.0)
     assert set(found.rounds) == {(512, 64, 64), (768, 64, 64)}  # only the top two are timed again
     assert found.interval == pytest.approx((90.0, 90.0))
@@ -45,7 +45,7 @@ def test_the_rounds_decide_not_the_one_quick_look():
             return 100.0 if seen[shape] <= 2 else 60.0  # fast in its warm-up and quick pass only
         return 80.0
 
-    found = P.search_best_shape(fake_timer(rate_of), [(256, 64, 64), (512, 64, 64)], shape_s=1e-3, round_s=1e-3,
+    found = S.search_best_shape(fake_timer(rate_of), [(256, 64, 64), (512, 64, 64)], shape_s=1e-3, round_s=1e-3,
                                 top=2, rounds=4)
     assert found.rows[0][3] == pytest.approx(100.0)
     assert found.best == (512, 64, 64) and found.tflops == pytest.approx(80.0)
@@ -60,9 +60,9 @@ def test_interval_spans_the_spread_between_rounds():
         rate = 100.0 if i < 2 else [90.0, 100.0, 95.0][drift.setdefault("r", 0) % 3]
         if i >= 2:
             drift["r"] += 1
-        return [P.shape_flops(shape) / (rate * 1e12)] * n
+        return [S.shape_flops(shape) / (rate * 1e12)] * n
 
-    found = P.search_best_shape(time_calls, [(256, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1, rounds=3)
+    found = S.search_best_shape(time_calls, [(256, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1, rounds=3)
     assert found.rounds[(256, 64, 64)] == pytest.approx([90.0, 100.0, 95.0])
     # the peak is the best round, as mamf-finder reports the best of its shapes' medians
     assert found.tflops == pytest.approx(100.0) and found.interval == pytest.approx((90.0, 100.0))
@@ -71,28 +71,28 @@ def test_interval_spans_the_spread_between_rounds():
 def test_calls_per_shape_fit_the_time_budget_within_bounds():
     log = []
     shapes = [(256, 64, 64), (512, 64, 64)]
-    t_call = {s: P.shape_flops(s) / 1e12 for s in shapes}  # 1 TFLOP/s
-    P.search_best_shape(fake_timer(lambda s: 1.0, log), shapes, shape_s=20 * t_call[(256, 64, 64)],
+    t_call = {s: S.shape_flops(s) / 1e12 for s in shapes}  # 1 TFLOP/s
+    S.search_best_shape(fake_timer(lambda s: 1.0, log), shapes, shape_s=20 * t_call[(256, 64, 64)],
                         round_s=10 * t_call[(512, 64, 64)], top=1, rounds=2, warm_calls=3, min_calls=5,
                         max_calls=100)
     quick = [n for s, n in log[:4]]
     assert quick == [3, 20, 3, 10]          # warm-up, then shape_s worth of calls (10 for the twice-as-long shape)
     assert [n for _, n in log[4:]] == [20, 20]  # rounds: round_s worth of the chosen (first, equal-rate) shape
     log.clear()
-    P.search_best_shape(fake_timer(lambda s: 1.0, log), shapes[:1], shape_s=1e-30, round_s=1e-30, top=1, rounds=1)
+    S.search_best_shape(fake_timer(lambda s: 1.0, log), shapes[:1], shape_s=1e-30, round_s=1e-30, top=1, rounds=1)
     assert [n for _, n in log] == [3, 5, 5]  # never below min_calls
 
 
 def test_search_records_its_time_from_the_clock():
     ticks = iter([0.0, 7.0, 9.5])
-    found = P.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
+    found = S.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
                                 rounds=1, clock=lambda: next(ticks))
     assert found.search_s == 7.0 and found.rounds_s == 2.5
 
 
 def test_median_interval_is_order_statistics_and_the_range_when_few():
-    assert P.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
-    lo, hi = P.median_interval([float(i) for i in range(100)])
+    assert S.median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    lo, hi = S.median_interval([float(i) for i in range(100)])
     assert 38 <= lo < 49.5 < hi <= 61
 
 
@@ -135,7 +135,7 @@ def test_the_warm_up_is_bounded_by_time():
         now[0] += 1.0
         return fake_timer(lambda s: float(next(rising)))(shape, n)
 
-    rates = peak_search.settle(time_calls, (64, 64, 64), 5, max_s=4.0, clock=lambda: now[0])
+    rates = S.settle(time_calls, (64, 64, 64), 5, max_s=4.0, clock=lambda: now[0])
     assert len(rates) == 4 and rates == sorted(rates)  # still climbing when the 4 s ran out
     assert P.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
                                rounds=1).settle == []  # settle_s=0: no warm-up
@@ -162,7 +162,7 @@ def test_a_round_is_one_batch_as_mamf_finder_times_a_shape_after_the_sweep_up_to
                         warm_calls=0, round_calls=100, round_warm=50, lead_s=1.0)
     # a fast shape: mamf-finder's 50 + 100; a long lead_s replays the sweep from its start
     assert wide[4:] == [((128, 64, 64), 150), ((256, 64, 64), 150), ((512, 64, 64), 150)]
-    assert peak_search.lead_in([], {}, {}, 1.0) == []  # the first shape of the sweep has nothing before it
+    assert S.lead_in([], {}, {}, 1.0) == []  # the first shape of the sweep has nothing before it
 
 
 def test_the_best_shape_is_the_one_with_the_best_round():

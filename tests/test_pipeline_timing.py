@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab import dataloading as dl
-from gpulab import feeds
-from gpulab.claims import ratio
-from gpulab.claims import Estimate
-from gpulab.timing import benchmark
+from gpulab.workloads import feeds
+from gpulab.measuring.estimates import ratio
+from gpulab.measuring.estimates import Estimate
+from gpulab.measuring.timing import benchmark
+from gpulab.workloads import image_feeds
 
 
 class FakeClock:
@@ -98,9 +98,9 @@ def test_feed_counts_its_data_wait():
 
 
 def test_compare_feeds_is_a_pipeline_comparison_on_cpu():
-    batches = dl.random_image_batches(2, 4, 8)
+    batches = image_feeds.random_image_batches(2, 4, 8)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
-    step = dl.cnn_train_step(model, "cpu")
+    step = image_feeds.cnn_train_step(model, "cpu")
     with feeds.Feed(feeds.cycle(batches), step, "cpu") as a, feeds.Feed(feeds.cycle(batches), step, "cpu") as b:
         cmp = feeds.compare_feeds(a, b, 2, name="same loop twice", items=8, rounds=2, min_time_s=0.02,
                                kind="demonstration")
@@ -124,8 +124,8 @@ def test_ratio_share_and_knee_estimates():
 
 
 def test_pipeline_mfu_uses_the_window_not_the_median_call():
-    from gpulab.experiment import RunResult
-    from gpulab.timing import Measurement
+    from gpulab.verdicts.run_result import RunResult
+    from gpulab.measuring.measurement import Measurement
 
     # 4 calls: three fast (a burst was waiting), one slow; 4 calls of 10 items in 1.0 s of wall time
     m = Measurement("fed", [0.05, 0.05, 0.05, 0.85], windows=[(4, 1.0)])
@@ -147,7 +147,7 @@ class _Queued:
 
 
 def test_refill_time_is_the_queue_at_the_window_mean_rate():
-    from gpulab.timing import Measurement
+    from gpulab.measuring.measurement import Measurement
 
     f = feeds.Feed(_Queued([None], 4, 2), lambda x, y: None, "cpu")
     m = Measurement("w", [0.1, 0.1, 0.4])  # 3 calls of 2 batches in 0.6 s: 10 batches/s (the median says 20)
@@ -159,9 +159,9 @@ def test_refill_time_is_the_queue_at_the_window_mean_rate():
 def test_compare_feeds_lets_the_other_loader_refill_before_each_window(monkeypatch):
     slept = []
     monkeypatch.setattr(feeds, "_sleep", slept.append)
-    batches = dl.random_image_batches(2, 4, 8)
+    batches = image_feeds.random_image_batches(2, 4, 8)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
-    step = dl.cnn_train_step(model, "cpu")
+    step = image_feeds.cnn_train_step(model, "cpu")
     with feeds.Feed(_Queued(batches, 2, 2), step, "cpu") as a, feeds.Feed(_Queued(batches, 2, 4), step, "cpu") as b:
         feeds.compare_feeds(a, b, 2, name="factor 2 -> 4", items=8, rounds=2, min_time_s=0.02)
     # main a | wait | main b | wait | a | wait | b ; b | wait | a: a wait at every switch of side, none between
@@ -170,9 +170,9 @@ def test_compare_feeds_lets_the_other_loader_refill_before_each_window(monkeypat
 
 
 def test_compare_feeds_stops_early_where_the_pairs_decide_or_the_budget_is_spent():
-    batches = dl.random_image_batches(2, 4, 8)
+    batches = image_feeds.random_image_batches(2, 4, 8)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 10))
-    step = dl.cnn_train_step(model, "cpu")
+    step = image_feeds.cnn_train_step(model, "cpu")
     asked, clock = [], FakeClock()
 
     def rounds_run(tick=False, **early):

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpulab import profiling
+from gpulab.measuring import profiling
 
 CUDA = torch.autograd.DeviceType.CUDA
 CPU = torch.autograd.DeviceType.CPU
@@ -118,7 +118,7 @@ def test_profile_rejects_bad_arguments():
 # -- trace export and the time breakdown ----------------------------------------------------------------
 
 def test_profile_writes_a_gzipped_trace_with_the_steps(tmp_path):
-    from gpulab import traces
+    from gpulab.tools import traces
 
     path = tmp_path / "trace.json.gz"
     s = profiling.profile(lambda: torch.randn(32, 32) @ torch.randn(32, 32), steps=3, warmup=0, wait=1,
@@ -153,7 +153,7 @@ def synthetic_trace():
 
 
 def test_time_breakdown_splits_idle_by_cause(tmp_path):
-    from gpulab import traces
+    from gpulab.tools import traces
 
     b = traces.time_breakdown(synthetic_trace())
     assert b.steps == 2 and b.window_ms == pytest.approx(0.200) and b.kernels == 4
@@ -176,7 +176,7 @@ def test_time_breakdown_splits_idle_by_cause(tmp_path):
 
 
 def test_time_breakdown_of_a_cpu_trace_says_why_it_is_empty(tmp_path):
-    from gpulab import traces
+    from gpulab.tools import traces
 
     path = tmp_path / "cpu.json.gz"
     profiling.profile(lambda: torch.ones(8) * 2, steps=2, warmup=0, trace_path=path)
@@ -185,7 +185,7 @@ def test_time_breakdown_of_a_cpu_trace_says_why_it_is_empty(tmp_path):
 
 
 def test_step_memory_by_category():
-    from gpulab import traces
+    from gpulab.tools import traces
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
     opt = torch.optim.AdamW(model.parameters())

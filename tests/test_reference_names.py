@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from gpulab.display import plots  # noqa: E402
-from gpulab.results import named  # noqa: E402
+from gpulab.verdicts.results import named  # noqa: E402
 from test_results import make_result  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def test_mfu_and_speedup_bars_of_a_renamed_comparison_show_the_reference():
 
 
 def test_the_reference_view_sets_a_renamed_comparison_on_one_row():
-    from gpulab.results import ReferenceView
+    from gpulab.verdicts.results import ReferenceView
 
     mine = make_result(speedup=2.0).to_dict()
     ref = copy.deepcopy(mine)

@@ -36,7 +36,7 @@ def test_the_h200_reference_holds_every_notebook_of_one_gpu():
 
 def test_the_reference_gpu_is_the_h200():
     """One reference GPU: the pages, the summary's default and the README all read the H200's folder."""
-    from gpulab.results import REFERENCE_SLUG, reference_dir
+    from gpulab.verdicts.results import REFERENCE_SLUG, reference_dir
 
     assert REFERENCE_SLUG == H200.name and reference_dir() == H200 and H200.is_dir()
 

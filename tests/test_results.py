@@ -3,11 +3,13 @@ import os
 
 import pytest
 
-import gpulab.results as results
-from gpulab.device import DeviceInfo
-from gpulab.experiment import Claim, Comparison, RunResult
-from gpulab.results import NotebookResult, ResultError, load_result, reference_view, write_json_atomic
-from gpulab.timing import Measurement
+import gpulab.verdicts.results as results
+from gpulab.measuring.device import DeviceInfo
+from gpulab.verdicts.experiment import Claim, Comparison
+from gpulab.verdicts.run_result import RunResult
+from gpulab.verdicts.results import NotebookResult, ResultError, load_result, reference_view
+from gpulab.measuring.files import write_json_atomic
+from gpulab.measuring.measurement import Measurement
 
 H100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0))
 

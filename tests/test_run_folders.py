@@ -13,7 +13,7 @@ import gpulab as gl
 from gpulab import results
 from gpulab.__main__ import main
 from gpulab.app import course
-from gpulab.device import get_device
+from gpulab.measuring.device import get_device
 from test_cli_guards import fake_papermill  # noqa: F401  (one fake runner for every CLI test)
 from test_results import make_result
 
@@ -191,11 +191,11 @@ def test_the_summary_shows_only_the_results_this_run_wrote(tmp_path, monkeypatch
         make_result("07_mixed_precision", speedup=3.0).save(os.environ["GPULAB_RESULTS"])  # not this run's
         Path(dst).write_text("{}")
 
-    import gpulab.device
+    import gpulab.measuring.device
     from test_results import H100
 
     monkeypatch.setattr(pm, "execute_notebook", execute)
-    monkeypatch.setattr(gpulab.device, "get_device", lambda *a, **k: H100)  # the summary reads the results' device
+    monkeypatch.setattr(gpulab.measuring.device, "get_device", lambda *a, **k: H100)  # the summary reads the results' device
     assert main(["run", "01", "--smoke", "--out", str(tmp_path / "run")]) == 0
     text = (tmp_path / "run" / "summary.md").read_text()
     assert "01_measuring" in text and "07_mixed_precision" not in text

@@ -1,14 +1,16 @@
-"""gpulab.sampling (NVML readings with intervals, bursts of known busy time), and the small helpers of 01 and 02."""
+"""gpulab.workloads.sampling (NVML readings with intervals, bursts of known busy time), and the small helpers of 01 and 02."""
 import pytest
 
-from gpulab import claims, sampling, training
+from gpulab.measuring import estimates
+from gpulab.workloads import sampling, training
 from gpulab.lessons import measuring as M
 from gpulab.lessons import tensor_cores as TC
-from gpulab.claims import Estimate
-from gpulab.device import DeviceInfo
-from gpulab.experiment import Comparison, RunResult
-from gpulab.monitor import Trace
-from gpulab.timing import Measurement
+from gpulab.measuring.estimates import Estimate
+from gpulab.measuring.device import DeviceInfo
+from gpulab.verdicts.experiment import Comparison
+from gpulab.verdicts.run_result import RunResult
+from gpulab.measuring.monitor import Trace
+from gpulab.measuring.measurement import Measurement
 
 CPU = DeviceInfo(kind="cpu", name="test cpu")
 
@@ -42,9 +44,9 @@ def test_gpm_estimate_steady_drops_the_edge_readings():
 
 def test_ratio_and_difference_take_the_extreme_ends():
     a, b = Estimate(10, 9, 11), Estimate(2, 1, 4)
-    assert claims.ratio(a, b) == Estimate(5, 9 / 4, 11)
-    assert claims.difference(a, b) == Estimate(8, 5, 10)
-    assert claims.ratio(a, Estimate(0, 0, 1)) is None  # a denominator whose interval reaches zero
+    assert estimates.ratio(a, b) == Estimate(5, 9 / 4, 11)
+    assert estimates.difference(a, b) == Estimate(8, 5, 10)
+    assert estimates.ratio(a, Estimate(0, 0, 1)) is None  # a denominator whose interval reaches zero
 
 
 def _run(times, flops):
@@ -107,7 +109,7 @@ def test_run_bursts_checks_its_input_and_needs_a_gpu():
 
 
 def test_optimised_config_is_the_case_studys_final_loop():
-    from gpulab.workloads import GPTConfig
+    from gpulab.workloads.models import GPTConfig
 
     model = GPTConfig(vocab_size=300, n_layer=2, n_head=2, n_embd=64, block_size=64)
     cfg = training.optimised_config(model, batch_size=8, grad_accum=2, num_workers=1, compile=False, device=CPU)

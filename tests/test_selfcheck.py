@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from gpulab.device import get_device
-from gpulab.results import load_result
+from gpulab.measuring.device import get_device
+from gpulab.verdicts.results import load_result
 from gpulab.app.selfcheck import host_launch_us, monitor_overhead, run_check
 
 
@@ -58,7 +58,8 @@ def test_monitor_overhead_alternates_phases():
 
 def test_floors_are_fractions_of_this_devices_datasheet():
     """An H200 at 687 TFLOP/s BF16 passes the floor (60% of 989); a floor of 700 once said "refuted" there."""
-    from gpulab.device import DeviceInfo, MeasuredPeaks, lookup_peaks
+    from gpulab.measuring.device import DeviceInfo, lookup_peaks
+    from gpulab.measuring.peaks import MeasuredPeaks
     from gpulab.app.selfcheck import floor_claims
 
     h200 = DeviceInfo(kind="cuda", name="NVIDIA H200", capability=(9, 0), datasheet_peaks=lookup_peaks("NVIDIA H200"))

@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from gpulab.app import summary
-from gpulab.experiment import before_after, measure
-from gpulab.timing import benchmark
+from gpulab.app import summary, summary_page
+from gpulab.app.readme import update_readme
+from gpulab.verdicts.experiment import before_after, measure
+from gpulab.measuring.timing import benchmark
 from test_results import make_result
 
 
@@ -139,7 +140,7 @@ def test_the_summary_figure_draws_one_optimisation_per_notebook_with_intervals_v
     results = {"01_measuring": _data([], [_exp("demo", 376.8, "demonstration"), _exp("graphs", 8.5, "optimisation"),
                                           _exp("second", 2.0, "optimisation")]),
                "02_tensor_cores": _data([], [slow])}
-    fig = summary.summary_figure(results, reference={"01_measuring": results["01_measuring"]})
+    fig = summary_page.summary_figure(results, reference={"01_measuring": results["01_measuring"]})
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert sorted(labels) == ["01 graphs", "02 slower"]  # the top one per notebook, no demonstration
@@ -150,14 +151,14 @@ def test_the_summary_figure_draws_one_optimisation_per_notebook_with_intervals_v
     assert fig.get_figwidth() * 100 <= 900
     plt.close(fig)
     smoke = {nb: d | {"smoke": True} for nb, d in results.items()}
-    fig = summary.summary_figure(smoke)
+    fig = summary_page.summary_figure(smoke)
     assert not fig.axes[0].patches and "smoke run: not a speed measurement" in fig.axes[0].texts[0].get_text()
     plt.close(fig)
     assert "| smoke run: not a speed measurement |" in summary.notebook_table(smoke)
 
 
 def test_comparisons_with_a_reference_match_claims_on_their_key_not_their_wording():
-    from gpulab.claims import agreement
+    from gpulab.verdicts.tally import agreement
 
     mine = {"07": [{"key": "07.bf16_speed", "text": "BF16 is 2-3x faster", "verdict": "confirmed"},
                    {"key": "07.fp16_speed", "text": "same words", "verdict": "confirmed"}]}
@@ -188,11 +189,11 @@ def test_readme_refuses_a_smoke_or_cpu_run_before_writing_anything(tmp_path, cap
     assert readme.read_text().count("\nold\n") == 1  # untouched
     assert not (folder / "summary.md").exists()
     with pytest.raises(ValueError, match="full-size GPU run"):
-        summary.update_readme(readme, folder)
+        update_readme(readme, folder)
 
 
 def test_the_reference_view_matches_claims_on_their_key():
-    from gpulab.results import ReferenceView
+    from gpulab.verdicts.results import ReferenceView
 
     mine = make_result().to_dict()
     ref = copy.deepcopy(mine)
@@ -233,7 +234,7 @@ def test_the_headline_gain_is_the_lesson_s_marked_experiment_on_equal_work_with_
     assert [e["name"] for e, _ in summary.headline_gains(d)] == ["bf16 training step"]
     old = _data([], [_exp("a", 1.2, "optimisation"), _exp("b", 3.0, "optimisation")])  # no headline field
     assert [e["name"] for e, _ in summary.headline_gains(old)] == ["b"]
-    fig = summary.summary_figure({"01_measuring": d})
+    fig = summary_page.summary_figure({"01_measuring": d})
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["01 bf16 training step"]
     plt.close(fig)
     tables = summary.summary_tables({"01_measuring": d})

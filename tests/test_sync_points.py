@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpulab.claims import Estimate
-from gpulab.lesson import lesson
+from gpulab.measuring.estimates import Estimate
+from gpulab.verdicts.lesson import lesson
 from gpulab.lessons import sync_points as SP
-from gpulab.params import SCHEMAS
+from gpulab.verdicts.params import SCHEMAS
 
 
 
@@ -72,7 +72,7 @@ def test_claims_near_their_bands_keep_their_full_rounds():
     as 12 rounds of 3 s did; the training loops time 96 rounds of one call per side, so that their interval (39th
     to 59th of the 97 sorted ratios, the first window's included) drops up to 38 pairs that a change of host speed
     slowed one way."""
-    from gpulab.claims import median_interval
+    from gpulab.measuring.estimates import median_interval
     full = {k: p.size_for(False) for k, p in SCHEMAS["04_sync_points"].items()}
     assert full["LOOP_ROUNDS"] >= 24 and full["LOOP_MIN_TIME_S"] * full["LOOP_ROUNDS"] >= 36
     assert full["TRAIN_MIN_TIME_S"] < full["LOOP_MIN_TIME_S"] and full["TRAIN_ROUNDS"] >= 96

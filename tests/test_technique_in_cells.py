@@ -97,7 +97,7 @@ def test_one_size_convention():
         assert not re.search(r"gl\.lesson\([^)]*\bfull=", code), f"{path.name}: sizes passed to gl.lesson by hand"
         values = parameters_cell(path.stem)
         assert values.get("SMOKE") is False, path.name
-        from gpulab.params import SCHEMAS
+        from gpulab.verdicts.params import SCHEMAS
         schema = SCHEMAS[path.stem]
         for name, value in values.items():
             if name != "SMOKE" and schema[name].has_default:

@@ -1,4 +1,4 @@
-from gpulab.text import pct, plural, ratio, si, sig
+from gpulab.measuring.text import pct, plural, ratio, si, sig
 
 
 def test_three_significant_figures_with_si_prefixes():
@@ -22,6 +22,6 @@ def test_a_tiny_percentage_says_so_instead_of_a_row_of_zeros():
 
 
 def test_a_count_drops_trailing_zeros():
-    from gpulab.text import si_count
+    from gpulab.measuring.text import si_count
     assert si_count(9.0) == "9" and si_count(2000.0) == "2 k" and si_count(2.5) == "2.5"  # 09 read "9.00", "2.00 k"
     assert si_count(None) == "n/a" and si_count(1500.0, "B") == "1.5 kB"

@@ -1,6 +1,7 @@
 import pytest
 
-from gpulab.timing import Measurement, benchmark, compare, quantiles, speedup
+from gpulab.measuring.timing import benchmark
+from gpulab.measuring.measurement import Measurement, compare, quantiles, speedup
 
 
 class FakeClock:
@@ -147,7 +148,7 @@ def test_median_estimate_narrows_with_more_timings():
 
 
 def test_a_round_of_a_slow_warm_function_runs_four_calls_not_seven():
-    from gpulab.timing import ROUND
+    from gpulab.measuring.timing import ROUND
 
     clock, calls = FakeClock(), []
 
@@ -170,7 +171,7 @@ def test_min_warmup_calls_is_checked(bad):
 def test_a_gpu_warm_up_of_a_slow_op_does_not_queue_a_thousand_calls():
     """On a GPU a call only queues work: the warm-up checks the clock after a synchronize, in doubling batches,
     so a 20 ms op warms up for about 0.1-0.2 s, not the thousand calls a host-clock loop would queue."""
-    from gpulab.timing import _warm_up
+    from gpulab.measuring.timing import _warm_up
 
     clock, queued, launched = FakeClock(), [], []
 
@@ -206,7 +207,7 @@ def _fake_gpu(launch_s: float, kernel_s: float):
 
 
 def test_the_warm_up_tells_a_launch_bound_call_from_a_device_bound_one():
-    from gpulab.timing import _warm_up, launch_bound
+    from gpulab.measuring.timing import _warm_up, launch_bound
 
     for launch_s, kernel_s, bound in ((8e-6, 2e-6, True), (10e-6, 1.4e-3, False)):
         clock, op, sync = _fake_gpu(launch_s, kernel_s)
@@ -217,7 +218,7 @@ def test_the_warm_up_tells_a_launch_bound_call_from_a_device_bound_one():
 
 def test_a_single_warm_up_call_is_not_enough_to_decide():
     """One launch-bound call plus a synchronize's own 20 µs looks device-bound; 16 back-to-back calls do not."""
-    from gpulab.timing import _probe, launch_bound
+    from gpulab.measuring.timing import _probe, launch_bound
 
     clock, op, sync = _fake_gpu(8e-6, 2e-6)
     slow_sync = lambda: (sync(), setattr(clock, "t", clock.t + 20e-6))  # noqa: E731
@@ -231,7 +232,7 @@ def test_a_single_warm_up_call_is_not_enough_to_decide():
 
 
 def test_launch_bound_rule():
-    from gpulab.timing import launch_bound
+    from gpulab.measuring.timing import launch_bound
 
     assert launch_bound(9e-6, 10e-6, on_device=True)  # the host paces the device
     assert launch_bound(5e-6, 10e-6, on_device=True)  # half of it: the boundary counts as launch-bound

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab import tracker as tk
+from gpulab.tools import tracker as tk
 
 
 class FakeClock:
@@ -219,7 +219,7 @@ def test_track_shows_its_real_signature_and_a_short_repr(cpu_device):
 def test_item_name_defaults_agree_between_track_and_before_after(cpu_device):
     import inspect
 
-    from gpulab.experiment import RunResult
+    from gpulab.verdicts.run_result import RunResult
 
     track = inspect.signature(gl.track).parameters["item_name"].default
     assert track == "samples" == inspect.signature(gl.before_after).parameters["item_name"].default
@@ -283,7 +283,7 @@ def test_bad_arguments_are_named(cpu_device):
 
 
 def test_guide_tracker_synchronizes_twice_per_step(monkeypatch):
-    from gpulab import tracker_overhead as pl
+    from gpulab.tools import tracker_overhead as pl
 
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -313,7 +313,7 @@ def test_tracked_steps_make_no_sync_on_gpu():
 
 
 def test_paired_overhead_interval_from_paired_differences():
-    from gpulab.tracker_overhead import paired_overhead
+    from gpulab.tools.tracker_overhead import paired_overhead
     off = [1.0, 1.2, 0.9, 1.1] * 25  # large drift, shared by each pair
     on = [x * 1.005 for x in off]  # 0.5% slower, exactly
     est = paired_overhead(on, off)
@@ -324,7 +324,7 @@ def test_paired_overhead_interval_from_paired_differences():
 
 
 def test_paired_overhead_is_not_swung_by_one_slow_round():
-    from gpulab.tracker_overhead import paired_overhead
+    from gpulab.tools.tracker_overhead import paired_overhead
     off = [3.5e-3] * 40
     on = [x * 1.02 for x in off]  # 2% slower in every pair
     off[7] = off[31] = 6.5e-3  # two host hiccups in untracked rounds: by the mean, the tracker looks free
@@ -334,7 +334,7 @@ def test_paired_overhead_is_not_swung_by_one_slow_round():
 
 
 def test_tracker_overhead_runs_abba_blocks_and_synced_rounds(cpu_device):
-    from gpulab import tracker_overhead as pl
+    from gpulab.tools import tracker_overhead as pl
     calls = []
     clock = FakeClock()
 
@@ -402,7 +402,7 @@ def test_output_costs_do_not_widen_the_window(cpu_device):
 
 def test_tracker_overhead_times_blocks_with_events_when_given(cpu_device):
     """With an event factory, each block's time is read from its two events (the GPU's timeline on CUDA)."""
-    from gpulab import tracker_overhead as pl
+    from gpulab.tools import tracker_overhead as pl
     clock = FakeClock()
 
     def step():
@@ -439,7 +439,7 @@ class FakeTracker:
 def test_tracker_overhead_measures_the_trackers_own_host_time(cpu_device):
     """Each on block records the host time inside tracker.step(): a tracker that costs 0.1 ms per call on a
     10 ms step reads 1% own cost, and the off blocks carry none of it."""
-    from gpulab import tracker_overhead as pl
+    from gpulab.tools import tracker_overhead as pl
     clock = FakeClock()
 
     def step():
@@ -458,7 +458,7 @@ def test_tracker_overhead_measures_the_trackers_own_host_time(cpu_device):
 def test_tracker_overhead_times_the_guide_trackers_own_calls(cpu_device, monkeypatch):
     """On a host-paced loop the guide's tracker costs the time its two syncs wait, call by call: each sync here
     waits 20 µs for the 'GPU', so a 3.5 ms step pays 40 µs (1.14%); the step itself is not counted as its time."""
-    from gpulab import tracker_overhead as pl
+    from gpulab.tools import tracker_overhead as pl
     clock = FakeClock()
 
     def step():

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 import gpulab as gl
-from gpulab import training as T
-from gpulab.workloads import GPT, GPTConfig, build_text_corpus
+from gpulab.workloads import training as T
+from gpulab.workloads.models import GPT, GPTConfig
+from gpulab.workloads.text_data import build_text_corpus
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,7 @@ def test_format_info_matches_finfo_and_tf32_layout():
     assert (bf16.exponent_bits, bf16.mantissa_bits) == (8, 7)
     assert (tf32.exponent_bits, tf32.mantissa_bits) == (8, 10)
     assert tf32.max == pytest.approx(torch.finfo(torch.float32).max, rel=1e-3)
-    assert T.format_info("fp32").decimal_digits == pytest.approx(7.22, abs=0.01)
+    assert T.format_info("fp32").digits == pytest.approx(7.22, abs=0.01)
     with pytest.raises(ValueError, match="name"):
         T.format_info("fp8")
 

@@ -10,9 +10,9 @@ import torch
 
 import gpulab as gl
 from gpulab import tracker as tk
-from gpulab.claims import Claim
-from gpulab.device import DeviceInfo
-from gpulab.monitor import Monitor
+from gpulab.verdicts.claims import Claim
+from gpulab.measuring.device import DeviceInfo
+from gpulab.measuring.monitor import Monitor
 
 CPU = DeviceInfo(kind="cpu", name="test CPU")
 

@@ -4,8 +4,8 @@ import pickle
 import pytest
 import torch
 
-from gpulab.workloads import (GPT, MLP, ByteTokenizer, GPTConfig, SmallCNN, SyntheticImageDataset, TokenDataset,
-                              build_text_corpus, gelu_tanh, get_batch, pad_vocab_size, random_matmul_inputs)
+from gpulab.workloads.models import GPT, MLP, GPTConfig, SmallCNN, SyntheticImageDataset, gelu_tanh, random_matmul_inputs
+from gpulab.workloads.text_data import ByteTokenizer, TokenDataset, build_text_corpus, get_batch, pad_vocab_size
 
 
 def test_gpt_forward_shapes_and_initial_loss_is_ln_vocab():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from _notebook_jobs import edited
-from gpulab.params import SCHEMAS
+from gpulab.verdicts.params import SCHEMAS
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "11_your_model.ipynb"
 
@@ -57,7 +57,7 @@ def test_smoke_run_records_every_tool(smoke_run):
 
 
 def test_run_name_is_checked_before_any_work():
-    from gpulab.params import check_params
+    from gpulab.verdicts.params import check_params
 
     check_params({"RUN_NAME": "resnet18-bs32"}, "11_your_model")
     check_params({"RUN_NAME": None}, "11_your_model")

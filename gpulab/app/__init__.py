@@ -1,1 +1,1 @@
-"""The course as an application: the notebook runner, parameter schemas, summary, self-check, HTML export."""
+"""Layer 7, app: the course runner, parameter schemas, summary, self-check, HTML export; imports any layer below."""

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from ..results import reference_dir
+from ..verdicts.results import reference_dir
 
 
 def _shown(folder: Path) -> str:

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from ..results import write_text_atomic
+from ..measuring.files import write_text_atomic
 
 # Folders of the system itself: a run's files never belong there (`--out /` would scatter them over the root).
 SYSTEM_DIRS = ("/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr",

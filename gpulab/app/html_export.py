@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import base64
 import html as _html
-import io
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from ..results import write_text_atomic
-from .page_layout import add_print_css, fold_parameters
+from ..measuring.files import write_text_atomic
+from .page_layout import FIGURE_COLORS, add_print_css, compress_png, fold_parameters
+from .page_css import _CODE_BLOCKS, prune_css
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+(?:\.\d+)?[kM]?/\S+|\[\d\d:\d\d<"
@@ -35,7 +34,6 @@ _ABS_PATH = re.compile(r"(?<![\w.:/~-])/(?:work|workspace|home|root|Users|tmp|mn
 _RUN_PATH = re.compile(r"(?<![\w/.-])runs/[\w.-]+/")
 _PRE = re.compile(r"<pre[^>]*>(.*?)</pre>", re.S)
 _TAGS = re.compile(r"<[^>]+>")
-_CODE_BLOCKS = re.compile(r"<(script|style)\b[^>]*>.*?</\1>", re.S | re.I)
 
 
 def check_available() -> None:
@@ -44,22 +42,6 @@ def check_available() -> None:
         import nbconvert  # noqa: F401
     except ImportError:
         raise ValueError("--html needs nbconvert (it comes with JupyterLab): python -m pip install nbconvert") from None
-
-
-def compress_png(data: bytes, colors: int = 256) -> bytes:
-    """A PNG re-encoded with a palette of `colors` colours; the original when that is not smaller."""
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as img:
-        img.load()
-        rgb = img.convert("RGB")
-    out = io.BytesIO()
-    rgb.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
-        out, format="PNG", optimize=True)
-    return out.getvalue() if out.tell() < len(data) else data
-
-
-FIGURE_COLORS = 32  # charts are a few flat colours and their antialiased edges: 32 keep text and lines clean
 
 
 def compress_images(nb, colors: int = FIGURE_COLORS) -> tuple[int, int]:
@@ -75,103 +57,6 @@ def compress_images(nb, colors: int = FIGURE_COLORS) -> tuple[int, int]:
             before, after = before + len(raw), after + len(small)
             data["image/png"] = base64.b64encode(small).decode()
     return before, after
-
-
-_STYLE = re.compile(r"(<style[^>]*>)(.*?)(</style>)", re.S)
-_CLASS_ATTR = re.compile(r"""\bclass=["']([^"']*)["']""")
-_NOT = re.compile(r":not\([^)]*\)")
-_SEL_CLASS = re.compile(r"\.(-?[_a-zA-Z][\w-]*)")
-CSS_NOTICE = ("/* JupyterLab's stylesheet (Copyright (c) Jupyter Development Team, Modified BSD License), "
-              "less the rules this page does not use */")
-
-
-def _used_rules(rules: list, classes: set[str]) -> list:
-    """The rules of a parsed stylesheet that can match an element of the page: each selector's classes (outside
-    :not()) all among `classes`; @media and @supports blocks pruned the same way, other at-rules kept."""
-    import tinycss2
-
-    kept = []
-    for r in rules:
-        if r.type == "qualified-rule":
-            sels = tinycss2.serialize(r.prelude).split(",")
-            if any(set(_SEL_CLASS.findall(_NOT.sub("", sel))) <= classes for sel in sels):
-                kept.append(r)
-        elif r.type == "at-rule" and r.lower_at_keyword in ("media", "supports") and r.content is not None:
-            inner = _used_rules(tinycss2.parse_rule_list(r.content, skip_comments=True, skip_whitespace=True),
-                                classes)
-            if inner:
-                r.content = [tok for rule in inner for tok in (rule, tinycss2.ast.WhitespaceToken(0, 0, "\n"))]
-                kept.append(r)
-        elif r.type == "at-rule":
-            kept.append(r)
-    return kept
-
-
-_VAR_USE = re.compile(r"var\(\s*(--[\w-]+)")
-
-
-def _without_unused_vars(rules: list, body: str) -> str:
-    """The rules serialized, without the custom properties (--jp-icon-...: url(data:...)) that no rule or page
-    element reads, directly or through another property."""
-    import tinycss2
-
-    decls: dict[int, list] = {}
-    defs: dict[str, list[str]] = {}
-    used = set(_VAR_USE.findall(body))
-    for i, r in enumerate(rules):
-        if r.type != "qualified-rule":
-            used |= set(_VAR_USE.findall(tinycss2.serialize([r])))
-            continue
-        decls[i] = [d for d in tinycss2.parse_declaration_list(r.content, skip_comments=True,
-                                                               skip_whitespace=True) if d.type == "declaration"]
-        for d in decls[i]:
-            value = tinycss2.serialize(d.value)
-            if d.name.startswith("--"):
-                defs.setdefault(d.name, []).append(value)
-            else:
-                used |= set(_VAR_USE.findall(value))
-    todo = list(used)
-    while todo:
-        for value in defs.get(todo.pop(), []):
-            for name in set(_VAR_USE.findall(value)) - used:
-                used.add(name)
-                todo.append(name)
-    out = []
-    for i, r in enumerate(rules):
-        if i not in decls:
-            out.append(tinycss2.serialize([r]))
-            continue
-        keep = [d for d in decls[i] if not d.name.startswith("--") or d.name in used]
-        if keep:
-            inner = "; ".join(f"{d.name}: {tinycss2.serialize(d.value).strip()}"
-                              + (" !important" if d.important else "") for d in keep)
-            out.append(f"{tinycss2.serialize(r.prelude).strip()} {{ {inner} }}")
-    return "\n".join(out)
-
-
-def prune_css(page: str) -> str:
-    """`page` with each stylesheet cut to the rules that can match one of its elements: nbconvert embeds all
-    of JupyterLab's CSS (about 260 kB) in every page, most of it for widgets and panels a page does not have."""
-    try:
-        import tinycss2
-    except ImportError:  # it comes with nbconvert's sanitizer; without it the page keeps its whole CSS
-        return page
-    body = _CODE_BLOCKS.sub("", page)
-    classes = {c for m in _CLASS_ATTR.finditer(body) for c in m.group(1).split()}
-    blocks = [m.group(2) for m in _STYLE.finditer(page)]
-    big = {i: _used_rules(tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True), classes)
-           for i, css in enumerate(blocks) if len(css) > 10_000}  # the page's own small blocks: as written
-    kept = [tinycss2.serialize(big[i]) if i in big else css for i, css in enumerate(blocks)]
-    at = iter(range(len(blocks)))
-
-    def prune(m: re.Match) -> str:
-        i = next(at)
-        if i not in big:
-            return m.group(0)
-        others = body + "".join(k for j, k in enumerate(kept) if j != i)  # a variable may be read in another block
-        return f"{m.group(1)}\n{CSS_NOTICE}\n{_without_unused_vars(big[i], others)}\n{m.group(3)}"
-
-    return _STYLE.sub(prune, page)
 
 
 def export_html(ipynb: Path | str, dest: Path | str | None = None, *,
@@ -358,7 +243,7 @@ def _side(e: dict, side: str) -> dict:
 def headline_html(e: dict, gain: Any) -> str:
     """One headline experiment in a line: its name, the verdict with the ratio's interval, and what moved
     (throughput, else time per call; MFU where there is a peak), before -> after."""
-    from ..text import pct, si
+    from ..measuring.text import pct, si
 
     esc = _html.escape
     b, a = _side(e, "before"), _side(e, "after")
@@ -381,7 +266,7 @@ def key_results_html(data: dict[str, Any]) -> str:
     """A short box for the top of a page, from the notebook's result JSON: its headline measurements (the
     experiments marked `"headline": true`; where none is, as in older files, the largest optimisation), then
     the claims' verdicts in one line."""
-    from ..claims import verdict_tally
+    from ..verdicts.tally import verdict_tally
     from .page_layout import headline_figure_html
     from .summary import gain, gains, not_a_speed_run
 

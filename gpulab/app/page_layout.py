@@ -67,7 +67,7 @@ def _metric(side: dict) -> tuple[str, float] | None:
 def value_text(value: float, what: str) -> str:
     """A bar's value in its own unit: a time per call in ms ("0.200 ms", never "200 m" of a millisecond), a
     throughput with an SI prefix ("2.27 M")."""
-    from ..text import si, sig
+    from ..measuring.text import si, sig
 
     return f"{sig(value)} ms" if what.endswith("(ms)") else si(value)
 
@@ -134,6 +134,22 @@ def headline_figure_png(experiments: list[dict[str, Any]], gains: list[Any]) -> 
     return buf.getvalue()
 
 
+def compress_png(data: bytes, colors: int = 256) -> bytes:
+    """A PNG re-encoded with a palette of `colors` colours; the original when that is not smaller."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()
+        rgb = img.convert("RGB")
+    out = io.BytesIO()
+    rgb.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        out, format="PNG", optimize=True)
+    return out.getvalue() if out.tell() < len(data) else data
+
+
+FIGURE_COLORS = 32  # charts are a few flat colours and their antialiased edges: 32 keep text and lines clean
+
+
 def headline_figure_html(experiments: list[dict[str, Any]], gains: list[Any]) -> str:
     """The headline figure as an inline image (empty when there is nothing to draw or no matplotlib)."""
     try:
@@ -142,8 +158,6 @@ def headline_figure_html(experiments: list[dict[str, Any]], gains: list[Any]) ->
         return ""
     if png is None:
         return ""
-    from .html_export import FIGURE_COLORS, compress_png
-
     png = compress_png(png, FIGURE_COLORS)
     alt = _html.escape("; ".join(e.get("name", "") for e in experiments))
     return f"<img alt='{alt}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..claims import count_verdicts
-from ..results import write_text_atomic
+from ..verdicts.tally import count_verdicts
+from ..measuring.files import write_text_atomic
 from .summary import _fmt, _ratio_str, collect, headline_gains, not_a_speed_run
 
 

@@ -18,13 +18,16 @@ from typing import Any
 
 import torch
 
-from ..device import DeviceInfo, get_device, measure_peaks, synchronize
-from ..claims import Claim
-from ..experiment import Comparison, RunResult
-from ..host import host_speed, launch_times_us
-from ..monitor import Monitor, Trace, watch
-from ..results import NotebookResult
-from ..timing import Measurement, benchmark
+from ..measuring.device import DeviceInfo, get_device, synchronize
+from ..measuring.peaks import measure_peaks
+from ..verdicts.claims import Claim
+from ..verdicts.experiment import Comparison
+from ..verdicts.run_result import RunResult
+from ..measuring.host import host_speed, launch_times_us
+from ..measuring.monitor import Monitor, Trace, watch
+from ..verdicts.results import NotebookResult
+from ..measuring.timing import benchmark
+from ..measuring.measurement import Measurement
 
 
 def _matmul_window(device: DeviceInfo, seconds: float, n: int) -> Trace:

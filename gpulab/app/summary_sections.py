@@ -1,8 +1,8 @@
 """A summary never mixes runs: results of several devices, or a smoke run beside a full-size one, each get a
-section of their own, said plainly in the title; and a verdict gpulab does not know is named, not counted."""
+section of their own, said plainly in the title; each said plainly in the title."""
 from __future__ import annotations
 
-from ..claims import VERDICTS
+from .summary import COUNTS_NOTE, not_a_speed_run, notebook_table, summary_tables
 
 
 def device_groups(results: dict[str, dict]) -> list[tuple[str, dict[str, dict]]]:
@@ -31,8 +31,6 @@ def summary_title(results: dict[str, dict], groups: list[tuple[str, dict[str, di
 def device_sections(groups: list[tuple[str, dict[str, dict]]], reference: dict[str, dict]) -> list[str]:
     """Markdown lines: per group (a heading only when there are several), the not-a-speed-run line, the notebook
     table and the detail tables; the counts note once."""
-    from .summary import COUNTS_NOTE, not_a_speed_run, notebook_table, summary_tables
-
     md: list[str] = []
     for label, found in groups or [("", {})]:
         if len(groups) > 1:
@@ -48,10 +46,3 @@ def device_sections(groups: list[tuple[str, dict[str, dict]]], reference: dict[s
     if len(groups) > 1:
         md += [COUNTS_NOTE]
     return md[:-1] if md and md[-1] == "" else md
-
-
-def unknown_verdicts(data: dict, name: str) -> list[str]:
-    """A problem line for each claim whose verdict gpulab does not know (it is left out of every count)."""
-    return [f"{name}: claim {c.get('key') or c.get('text')!r} has the verdict {c.get('verdict')!r}, which gpulab does "
-            f"not know ({', '.join(VERDICTS)}); it is left out of every count"
-            for c in data.get("claims", []) if c.get("verdict") not in VERDICTS]

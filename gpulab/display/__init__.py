@@ -1,1 +1,1 @@
-"""Display code: figures and interactive controls (matplotlib and ipywidgets load on first use)."""
+"""Layer 5, display: figures and interactive controls (loaded on first use); imports the layers 1-4 only."""

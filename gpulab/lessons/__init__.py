@@ -1,1 +1,1 @@
-"""What only one lesson notebook needs: its workloads, claims, tables and figures (one module per lesson)."""
+"""Layer 6, lessons: what only one notebook needs, one module per lesson; imports the layers 1-5 only."""

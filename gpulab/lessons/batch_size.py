@@ -1,16 +1,17 @@
 """Notebook 06 (batch size): its claims as data, the sweep read by batch size (`Sweep`), the functions that judge
 each claim (`check_*`, `record_the_rest`: the only ones that record), and its figures. The training step, the
 search call and the gradient-accumulation loop are written in the notebook's cells; the search and the sweep are
-`gpulab.batchsize`. Nothing here times anything."""
+`gpulab.tools.batchsize`. Nothing here times anything."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..sweeps import column, gpt_step_memory_estimate, rate_over_windows, sweet_spot, trace_estimate
-from ..claims import Claim, Estimate, difference, ratio
-from ..feeds import knee
-from ..text import pct, si
+from ..workloads.sweeps import column, gpt_step_memory_estimate, rate_over_windows, sweet_spot, trace_estimate
+from ..verdicts.claims import Claim
+from ..measuring.estimates import Estimate, difference, ratio
+from ..workloads.feeds import knee
+from ..measuring.text import pct, si
 
 GPU = ("cuda", "full")  # a GPU at the full sizes: what every speed, memory and utilization claim stands on
 THEIRS = "the guide's model and GPU"
@@ -156,8 +157,8 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
     and `paired_32_64` (two batch sizes in interleaved rounds, tokens/s each) decide "12 -> 16" and "32 -> 64"
     where they ran, so that one slow window of the sweep does not set the interval; `util` (batch 8
     and 64 at a sequence length where 64 is GPU-bound) decides "45% -> 92%" where it ran: on `util_rise`, the
-    median of its interleaved rounds' differences (`gpulab.sweeps.round_rise`), when given; `util_gain_8_12` (the
-    median of the relative NVML gains of batch 8 and 12 in interleaved rounds, `gpulab.sweeps.round_gain`) decides
+    median of its interleaved rounds' differences (`gpulab.workloads.sweeps.round_rise`), when given; `util_gain_8_12` (the
+    median of the relative NVML gains of batch 8 and 12 in interleaved rounds, `gpulab.workloads.sweeps.round_gain`) decides
     "8 -> 12: 15-20% better utilization" where it ran, in place of two sweep points. `paired_seq_len`: the
     sequence length the paired comparisons ran at (where the GPU, not the host's launches, sets the step time)."""
     g, ours = sw.get, f"our sequence length {sw.seq_len} tokens (the guide states none)"

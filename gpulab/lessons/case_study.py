@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..claims import Estimate, difference, ratio
-from ..text import pct, si, sig
-from ..text import ratio as times
+from ..measuring.estimates import Estimate, difference, ratio
+from ..measuring.text import pct, si, sig
+from ..measuring.text import ratio as times
 
 # One reason per other system, the same words wherever the reason is the same (the claims table groups them).
 VLM = ("arr-coc's vision-language model (Qwen3-VL backbone) on 8×A100, data-starved at the start; "
@@ -219,7 +219,7 @@ def judge_waterfall(lesson: Any, steps: list[Any], *, device_memory_gb: float | 
         else:
             out.append(lesson.check(key, est, "tokens/s over the timed windows; NVML and MFU intervals: quartiles "
                                     "of the window's samples", measurement=mid))
-    from ..device import lookup_peaks
+    from ..measuring.device import lookup_peaks
 
     a100 = lookup_peaks("A100-SXM4-80GB")
     lesson.check("a100_peak", a100.tflops.get("bf16") if a100 else None, "gpulab's datasheet table")
@@ -245,7 +245,7 @@ WATERFALL_COLUMNS = [
 def waterfall_rows(steps: list[Any]) -> list[dict[str, Any]]:
     """One row per waterfall step: its measurements, its gain over the step before and over the naive loop, and
     its change as the PyTorch lines it amounts to (`code`, from the two configurations that ran)."""
-    from ..training.as_code import change_as_code
+    from ..workloads.training.as_code import change_as_code
 
     rows = []
     for i, s in enumerate(steps):

@@ -1,5 +1,5 @@
 """Notebook 05 (feeding the GPU): its claims as data, the functions that judge them (`check_*`, `record_the_rest`:
-the only ones that record), and its figures. Loaders are in `gpulab.dataloading`, fed loops in `gpulab.feeds`; the
+the only ones that record), and its figures. Loaders are in `gpulab.tools.dataloading`, fed loops in `gpulab.workloads.feeds`; the
 DataLoader settings are written in the notebook's cells. Nothing here times anything."""
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..sweeps import column, trace_estimate
-from ..claims import Claim, Estimate, judge, ratio
-from ..dataloading import denormalize, workers
-from ..feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
-from ..text import pct, si
-from ..traces import union_spans as union  # the busy time of a trace, merged
+from ..workloads.sweeps import column, trace_estimate
+from ..verdicts.claims import Claim, judge
+from ..measuring.estimates import Estimate, ratio
+from ..workloads.image_feeds import workers
+from ..workloads.models import denormalize
+from ..workloads.feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
+from ..measuring.text import pct, si
+from ..tools.traces import union_spans as union  # the busy time of a trace, merged
 
 NO_GPU = "needs a CUDA GPU (here the model trains on the same CPU cores the workers use); see the reference run"
 SMOKE_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=False"
@@ -94,7 +96,7 @@ def image_dir(lesson: Any) -> Path:
     """Where the JPEG files go: a temporary folder at smoke sizes, data/images/ (reused by later runs) at full."""
     if lesson.small:
         return Path(tempfile.gettempdir()) / "gpulab-smoke-images"
-    from ..results import data_dir
+    from ..measuring.files import data_dir
     return data_dir() / "images"
 
 

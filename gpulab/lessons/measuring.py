@@ -1,7 +1,7 @@
 """Notebook 01 (measuring): its claims as data, the evidence each one is judged on, and its tables and figures.
 
 The measuring itself is written in the notebook's cells; the instruments are gpulab's (`gl.Monitor`, `gl.measure`,
-`gpulab.sampling` for NVML's samples and bursts of known busy time, `gpulab.matmuls` for the workloads).
+`gpulab.workloads.sampling` for NVML's samples and bursts of known busy time, `gpulab.workloads.matmuls` for the workloads).
 
     lesson.check("window", *M.window(period))   # judged on the interval; "not tested" with the reason if None
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..claims import Estimate, difference
-from ..text import pct, ratio, si, sig
-from ..sampling import captured_by_pattern, gpm_estimate, samples_estimate
+from ..measuring.estimates import Estimate, difference
+from ..measuring.text import pct, ratio, si, sig
+from ..workloads.sampling import captured_by_pattern, gpm_estimate, samples_estimate
 
 _S11, _TABLE = "guide §1.1", "guide §1.2 (Typical MFU Values)"
 _SUMMARY = "000 summary"
@@ -199,7 +199,7 @@ def raw_matmul(device: Any, peaks: Any, dtype: str) -> Evidence:
 
 def good_training(opt_mfu: Estimate | None, opt_step: Any, eager: Any, note: str) -> Evidence:
     """The optimised loop's MFU against the datasheet dense BF16 peak; interval: step-time quartiles."""
-    from ..training import describe
+    from ..workloads.training import describe
 
     if opt_mfu is None:
         return None, ("needs a CUDA GPU with a datasheet peak at full size (the optimised loop at smoke size on a CPU "
@@ -290,27 +290,6 @@ def bursts_html(runs: Sequence[Any]) -> str:
                    "</tr>" for r in runs)
     return ("<table><tr><th>burst</th><th>idle gap</th><th>NVML periods</th><th>GPU busy (events)</th>"
             f"<th>NVML utilization.gpu</th><th>periods read as 0%</th></tr>{rows}</table>")
-
-
-def gpt2_small_counts() -> dict[str, tuple[float, float]]:
-    """The guide's GPT-2 small example (batch 32 × 1024) counted three ways on the meta device (shapes, no data):
-    {count: (forward FLOPs, training-step FLOPs)}."""
-    import torch
-
-    from .. import flops as F
-    from ..workloads import GPT, GPTConfig
-
-    guide_fwd = F.guide_transformer_flops(batch_size=32, seq_len=1024, hidden_size=768, num_layers=12,
-                                          vocab_size=50257)
-    with torch.device("meta"):
-        model = GPT(GPTConfig(vocab_size=50257, n_layer=12, n_head=12, n_embd=768, block_size=1024))
-        idx = torch.randint(0, 50257, (32, 1024))
-    n, tok = model.num_params(), 32 * 1024
-    return {"guide §1.2 formula": (guide_fwd, 3 * guide_fwd),
-            "6N + 12·L·H·Q·T": (tok * F.transformer_flops_per_token(n, 12, 12, 64, 1024, training=False),
-                                tok * F.transformer_flops_per_token(n, 12, 12, 64, 1024)),
-            "FlopCounterMode (meta device)": (F.count_flops(lambda: model(idx)).total,
-                                              F.count_flops(lambda: model(idx, idx)[1].backward()).total)}
 
 
 def counts_html(counts: dict[str, tuple[float, float]], title: str) -> str:

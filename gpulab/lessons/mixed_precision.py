@@ -10,9 +10,10 @@ from typing import Any
 
 import torch
 
-from ..claims import Claim, Estimate
-from ..text import pct, power_of_two, ratio, si, sig
-from ..training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
+from ..verdicts.claims import Claim
+from ..measuring.estimates import Estimate
+from ..measuring.text import pct, power_of_two, ratio, si, sig
+from ..workloads.training import Table, effective_mantissa_bits, format_info, loss_gap_estimate, smooth
 
 TENSOR_CORES = ("cuda", "bf16")  # a CUDA GPU with TF32 and BF16 tensor cores: compute capability 8.0 or newer
 RTX = "002 is a Gemma-1B fine-tune on an RTX 3090 (TF32 peak = FP32 peak there): another model and GPU"
@@ -87,7 +88,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 def round_spread(cmp: Any) -> Estimate:
     """The speedup with an interval that holds its interval and every interleaved round's ratio: a claim at a
     band edge is judged on the spread of its own repeats, not on the median's narrow interval alone."""
-    from ..experiment import window_pair_ratios
+    from ..verdicts.run_result import window_pair_ratios
 
     est = cmp.estimate()
     pairs = window_pair_ratios(cmp.before, cmp.after) if hasattr(cmp, "before") else []
@@ -115,12 +116,12 @@ def format_rows(device: Any) -> list[dict[str, Any]]:
     for name, g in GUIDE_73.items():
         f = format_info(name)
         agrees = (f.exponent_bits == g["exp"] and f.mantissa_bits == g["mant"]
-                  and abs(f.max - g["range"]) / g["range"] < 0.01 and math.floor(f.decimal_digits) == g["digits"])
+                  and abs(f.max - g["range"]) / g["range"] < 0.01 and math.floor(f.digits) == g["digits"])
         rows.append(dict(format=name.upper(), exp=f"{g['exp']} / {f.exponent_bits}",
                          mant=f"{g['mant']} / {f.mantissa_bits}", measured_bits=effective_mantissa_bits(name, device),
                          range=f"{g['range']:.3g} / {f.max:.3g}", smallest_normal=f.smallest_normal,
                          smallest_subnormal=f.smallest_subnormal, eps=f.eps,
-                         digits=f"{g['digits']} / {f.decimal_digits:.2f}", agrees="yes" if agrees else "NO"))
+                         digits=f"{g['digits']} / {f.digits:.2f}", agrees="yes" if agrees else "NO"))
     return rows
 
 
@@ -147,7 +148,7 @@ def check_formats(lesson: Any, rows: list[dict[str, Any]]) -> list[Claim]:
 
 def tf32_ratio(device: Any) -> dict[str, Any]:
     """Datasheet dense TF32 over FP32 here and on the RTX 3090 of 002's review (None where unknown)."""
-    from ..device import lookup_peaks
+    from ..measuring.device import lookup_peaks
 
     def r(spec: Any) -> float | None:
         t = spec.tflops if spec else {}

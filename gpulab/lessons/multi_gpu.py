@@ -2,7 +2,7 @@
 of communication with compute), and the reduction of what the ranks return into medians, intervals and figures.
 
 The rank side itself (the all-reduce sweep, DDP and FSDP2 training) is written in the notebook's cells and
-launched with `gpulab.distributed.launch`. A round's time is the slowest rank's (a collective step ends when
+launched with `gpulab.tools.distributed.launch`. A round's time is the slowest rank's (a collective step ends when
 the last rank ends); every figure is a median over rounds with its quartiles as the interval.
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any, Sequence
 
 import torch
 
-from ..distributed import bus_bandwidth_gbs
-from ..experiment import Comparison, RunResult
-from ..flops import mfu as _mfu
-from ..lesson import ClaimSpec
-from ..timing import Measurement, quantiles
+from ..tools.links import bus_bandwidth_gbs
+from ..verdicts.experiment import Comparison, RunResult
+from ..measuring.flops import mfu as _mfu
+from ..verdicts.lesson import ClaimSpec
+from ..measuring.measurement import Measurement, quantiles
 
 _COURSE = "course target for 2 GPUs on one NVLink host"
 CLAIMS = [
@@ -294,7 +294,8 @@ def plot_overlap(profiles: list[dict[str, Any] | None], title: str = ""):
 
 def find_reference(notebook: str = "10_multi_gpu") -> dict[str, Any] | None:
     """The committed reference run of `notebook` on any reference machine (a multi-GPU run lives beside the others)."""
-    from ..results import data_dir, load_reference, load_result
+    from ..measuring.files import data_dir
+    from ..verdicts.results import load_reference, load_result
 
     ref = load_reference(notebook)
     if ref is not None:

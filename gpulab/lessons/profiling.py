@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..lesson import ClaimSpec
-from ..workloads import gelu_tanh
+from ..verdicts.lesson import ClaimSpec
+from ..workloads.models import gelu_tanh
 
 _NOTES = "003 profiling notes (arr-coc-0-1 integration)"
 _OTHER = "an arr-coc relevance scorer on another GPU; the proxy is the same kind of fix on this loop"
@@ -212,9 +212,10 @@ def case_study_trainer(*, small: bool, device: Any = None) -> Any:
     """Notebook 08's final training loop (its GPT, BF16 weights with FP32 masters, fused AdamW, cuDNN or flash
     attention, the fused loss, DataLoader workers, torch.compile) as an open `training.Trainer`; a tiny GPT
     without compile when `small`. Close it when done."""
-    from .. import training as T
-    from ..device import get_device
-    from ..workloads import ByteTokenizer, GPTConfig, build_text_corpus
+    from ..workloads import training as T
+    from ..measuring.device import get_device
+    from ..workloads.models import GPTConfig
+    from ..workloads.text_data import ByteTokenizer, build_text_corpus
 
     dev = device or get_device()
     if small:

@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 import torch
 
-from ..claims import Estimate
-from ..text import pct, si, sig
+from ..measuring.estimates import Estimate
+from ..measuring.measurement import quantiles
+from ..measuring.text import pct, si, sig
 
 __all__ = ["CLAIMS", "pct_faster", "hidden_share", "CopyTiming", "copy_timing", "QueuedCopyTiming",
            "queued_copy_timing", "busy_work", "trace_table_html", "pairs_figure"]
@@ -90,13 +91,6 @@ def hidden_share(speedup: Estimate, overlapped_s: float, shorter: Estimate) -> E
 
 # ---------------------------------------------------------------- a copy's two clocks
 
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q2, q3
-
-
 def _need_cuda(what: str) -> None:
     if not torch.cuda.is_available():
         raise RuntimeError(f"{what} needs a CUDA GPU")
@@ -125,7 +119,7 @@ class CopyTiming:
         """The per-repeat host/device fraction: median with its quartiles."""
         if not self.fractions:
             return Estimate.exact(self.host_fraction)
-        q1, med, q3 = _quartiles(self.fractions)
+        q1, med, q3 = quantiles(self.fractions)
         return Estimate(med, q1, q3)
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,7 +162,7 @@ class QueuedCopyTiming:
         return [h / (q + c) for h, q, c in zip(self.host_s, self.queued_s, self.copy_s)]
 
     def estimate(self) -> Estimate:
-        q1, med, q3 = _quartiles(self.waited)
+        q1, med, q3 = quantiles(self.waited)
         return Estimate(med, q1, q3)
 
     def medians(self) -> dict[str, float]:
@@ -265,7 +259,7 @@ def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str
     import matplotlib.pyplot as plt
 
     from ..display import plots
-    from ..results import comparisons
+    from ..verdicts.results import comparisons
 
     get, ylabel = (_mfu, "MFU, % of dense peak") if metric == "mfu" else (_busy, "GPU busy, % of wall time")
     rmap = {c.name: c for c in comparisons(ref)} if ref else {}

@@ -1,15 +1,15 @@
 """Notebook 02 (tensor cores): its claims as data, the alignment pairs, and its figures and tables.
 
 The matmuls themselves are written in the notebook's cells; the sweep, the formats from torch.finfo and the layers of
-the alignment tests come from `gpulab.matmuls`.
+the alignment tests come from `gpulab.workloads.matmuls`.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..claims import Estimate
-from ..text import pct, ratio, si
-from ..lesson import ClaimSpec
+from ..measuring.estimates import Estimate
+from ..measuring.text import pct, ratio, si
+from ..verdicts.lesson import ClaimSpec
 
 # The guide's §7.3 table, as printed (each row quoted verbatim below): the claims being checked.
 GUIDE_7_3 = {"FP32": dict(exponent_bits=8, mantissa_bits=23, max_abs=3.4e38, digits=7),
@@ -90,7 +90,7 @@ def square_claim(align_n: int, bad_n: int) -> ClaimSpec:
 def fp8_models() -> tuple[list[str], list[str]]:
     """GPUs in the datasheet table with an FP8 peak, and those of them other than the H100 (and the H200, the
     same Hopper chip)."""
-    from ..matmuls import fp8_datasheet_models
+    from ..workloads.matmuls import fp8_datasheet_models
     models = fp8_datasheet_models()
     return models, [m for m in models if not any(h in m for h in ("H100", "H200"))]
 
@@ -217,7 +217,7 @@ def dtype_table(times: dict[str, Any], flops: float, names: dict[str, str] | Non
 def alignment_pairs(bad: dict[str, int], align_n: int, batch: int, seq: int, hidden: int, heads: int, dtype: str,
                     device: Any) -> dict[str, tuple]:
     """{dimension: (misaligned fn, its FLOPs, aligned fn, its FLOPs, labels)} for the four alignment pairs."""
-    from ..matmuls import Matmul, block_forward, mlp_forward
+    from ..workloads.matmuls import Matmul, block_forward, mlp_forward
 
     mm_bad, mm_good = Matmul(bad["n"], dtype, device), Matmul(align_n, dtype, device)
     f_bad, fl_bad = mlp_forward(batch * seq, bad["hidden"], dtype, device)
@@ -234,7 +234,7 @@ def alignment_pairs(bad: dict[str, int], align_n: int, batch: int, seq: int, hid
 def alignment_report(align: dict[str, Any], ratio_est: dict[str, Estimate], ref: dict | None, dtype: str) -> str:
     """A bar chart of aligned ÷ misaligned TFLOP/s with its intervals (the reference's beside); returns a table."""
     from ..display import plots
-    from ..results import comparisons
+    from ..verdicts.results import comparisons
 
     ref_ratio = None
     if ref:

@@ -1,0 +1,1 @@
+"""Layer 1, measuring: device, peaks, dtypes, timing, monitor, profiler, FLOPs, memory, host; imports no layer."""
