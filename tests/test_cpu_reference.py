@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.app import summary
+from gpulab.app import summary_page
 from gpulab.app.cpu_reference import default_compare, figure_inputs
 from gpulab.measuring.device import DeviceInfo
 from gpulab.verdicts.results import REFERENCE_SLUG
@@ -50,7 +51,7 @@ def test_no_reference_folder_means_no_comparison(tmp_path, monkeypatch):
 
 
 def test_a_cpu_summary_shows_the_reference_numbers_and_its_chart(reference, tmp_path):
-    md, png = summary.write_summary(_cpu_run(tmp_path / "mine"), tmp_path / "out")
+    md, png = summary_page.write_summary(_cpu_run(tmp_path / "mine"), tmp_path / "out")
     text = md.read_text()
     assert "No GPU in this run" in text and "reference ratio" in text and "reference verdict" in text
     ref = json.loads((reference / "01_measuring.json").read_text())
@@ -78,7 +79,7 @@ def test_the_chart_of_a_few_notebooks_keeps_its_legend_off_its_axis_label(refere
     import matplotlib.pyplot as plt
 
     theirs, _ = summary.collect(reference)
-    fig = summary.summary_figure({"01_measuring": theirs["01_measuring"]}, title="t")
+    fig = summary_page.summary_figure({"01_measuring": theirs["01_measuring"]}, title="t")
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
     ax = fig.axes[0]

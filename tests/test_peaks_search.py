@@ -120,7 +120,7 @@ def test_a_cold_gpu_is_warmed_on_the_best_shape_until_its_rate_stops_climbing():
         now[0] += 0.5
         return timer(shape, n)
 
-    found = P.search_best_shape(time_calls, [(256, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1, rounds=3,
+    found = S.search_best_shape(time_calls, [(256, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1, rounds=3,
                                 round_calls=7, settle_s=60.0, clock=lambda: now[0])
     # each 1% gain moves the mark (700, 711, 723, 735); three windows (1.5 s) without one end it
     assert found.settle == pytest.approx([700.0, 705.0, 711.0, 717.0, 723.0, 729.0, 735.0, 740.0, 740.5, 739.5])
@@ -137,7 +137,7 @@ def test_the_warm_up_is_bounded_by_time():
 
     rates = S.settle(time_calls, (64, 64, 64), 5, max_s=4.0, clock=lambda: now[0])
     assert len(rates) == 4 and rates == sorted(rates)  # still climbing when the 4 s ran out
-    assert P.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
+    assert S.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
                                rounds=1).settle == []  # settle_s=0: no warm-up
 
 
@@ -148,8 +148,8 @@ def test_a_round_is_one_batch_as_mamf_finder_times_a_shape_after_the_sweep_up_to
     log = []
     shapes = [(128, 64, 64), (256, 64, 64), (512, 64, 64), (768, 64, 64)]
     rate = {(128, 64, 64): 50.0, (256, 64, 64): 50.0, (512, 64, 64): 90.0, (768, 64, 64): 80.0}
-    t_call = {s: P.shape_flops(s) / (rate[s] * 1e12) for s in shapes}
-    found = P.search_best_shape(fake_timer(rate.get, log), shapes, shape_s=1e-3, round_s=40 * t_call[(768, 64, 64)],
+    t_call = {s: S.shape_flops(s) / (rate[s] * 1e12) for s in shapes}
+    found = S.search_best_shape(fake_timer(rate.get, log), shapes, shape_s=1e-3, round_s=40 * t_call[(768, 64, 64)],
                                 top=2, rounds=2, warm_calls=0, round_calls=100, round_warm=50,
                                 lead_s=100 * t_call[(256, 64, 64)])
     rounds = log[4:]
@@ -158,7 +158,7 @@ def test_a_round_is_one_batch_as_mamf_finder_times_a_shape_after_the_sweep_up_to
     assert rounds == [((256, 64, 64), 75 + 37), ((512, 64, 64), 67 + 33), ((768, 64, 64), 40 + 20)] * 2
     assert found.best == (512, 64, 64) and found.tflops == pytest.approx(90.0)
     wide = []
-    P.search_best_shape(fake_timer(rate.get, wide), shapes, shape_s=1e-3, round_s=1.0, top=1, rounds=1,
+    S.search_best_shape(fake_timer(rate.get, wide), shapes, shape_s=1e-3, round_s=1.0, top=1, rounds=1,
                         warm_calls=0, round_calls=100, round_warm=50, lead_s=1.0)
     # a fast shape: mamf-finder's 50 + 100; a long lead_s replays the sweep from its start
     assert wide[4:] == [((128, 64, 64), 150), ((256, 64, 64), 150), ((512, 64, 64), 150)]
@@ -175,7 +175,7 @@ def test_the_best_shape_is_the_one_with_the_best_round():
             return 95.0 if seen[shape] == 4 else 85.0  # warm-up, quick pass, then rounds: the 2nd round reads 95
         return 90.0
 
-    found = P.search_best_shape(fake_timer(rate_of), [(256, 64, 64), (512, 64, 64)], shape_s=1e-3, round_s=1e-3,
+    found = S.search_best_shape(fake_timer(rate_of), [(256, 64, 64), (512, 64, 64)], shape_s=1e-3, round_s=1e-3,
                                 top=2, rounds=3)
     assert found.best == (256, 64, 64) and found.tflops == pytest.approx(95.0)
     assert found.rounds[(512, 64, 64)] == pytest.approx([90.0] * 3)
@@ -187,7 +187,7 @@ def test_only_the_first_dtype_searched_is_warmed_up(monkeypatch, cpu_device):
 
     def fake_search(d, device, **opts):
         seen.append((d, opts))
-        found = P.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
+        found = S.search_best_shape(fake_timer(lambda s: 1.0), [(64, 64, 64)], shape_s=1e-3, round_s=1e-3, top=1,
                                     rounds=1)
         return found, {}
 

@@ -12,7 +12,7 @@ import pytest
 import gpulab as gl
 from gpulab import results
 from gpulab.__main__ import main
-from gpulab.app import course
+from gpulab.app import course, run_folders
 from gpulab.measuring.device import get_device
 from test_cli_guards import fake_papermill  # noqa: F401  (one fake runner for every CLI test)
 from test_results import make_result
@@ -146,7 +146,7 @@ def test_sighup_is_handled_like_sigterm(tmp_path, monkeypatch, capsys):
     assert main(["run", "01", "02", "--smoke", "--out", str(out)]) == 129
     assert "stopped by SIGHUP" in _err_line(capsys.readouterr().err)
     assert "01_measuring" in (out / "summary.md").read_text() and (out / "runs.json").exists()
-    assert not (out / course.LOCK_NAME).exists() and not list(out.glob("*gpulab-tmp*"))
+    assert not (out / run_folders.LOCK_NAME).exists() and not list(out.glob("*gpulab-tmp*"))
     assert signal.getsignal(signal.SIGHUP) == before
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from gpulab.__main__ import main
-from gpulab.app import summary
+from gpulab.app import summary, summary_page
 from test_results import make_result
 
 H200 = {"kind": "cuda", "name": "NVIDIA H200", "capability": [9, 0]}
@@ -29,7 +29,7 @@ def test_a_folder_mixing_devices_gets_a_section_per_device(tmp_path):
     folder = _folder(tmp_path)
     make_result("02_tensor_cores").save(tmp_path / "res")
     _rewrite(folder / "02_tensor_cores.json", device=H200)
-    md, _ = summary.write_summary(folder, tmp_path / "out")
+    md, _ = summary_page.write_summary(folder, tmp_path / "out")
     text = md.read_text()
     title = text.splitlines()[0]
     assert "NVIDIA H100 80GB HBM3" in title and "NVIDIA H200" in title and "2 devices" in title
@@ -42,7 +42,7 @@ def test_a_folder_mixing_devices_gets_a_section_per_device(tmp_path):
 def test_a_smoke_run_mixed_with_a_gpu_run_never_shows_a_gain_under_smoke(tmp_path):
     folder = _folder(tmp_path)
     make_result("02_tensor_cores", smoke=True).save(tmp_path / "res")
-    text = summary.write_summary(folder, tmp_path / "out")[0].read_text()
+    text = summary_page.write_summary(folder, tmp_path / "out")[0].read_text()
     full, smoke = text.index("## NVIDIA H100 80GB HBM3 (full size)"), text.index("## NVIDIA H100 80GB HBM3 (smoke")
     row = next(ln for ln in text[smoke:].splitlines() if ln.startswith("| 02_tensor_cores |"))
     assert "smoke run: not a speed measurement" in row and "2.00x" not in row
@@ -50,7 +50,7 @@ def test_a_smoke_run_mixed_with_a_gpu_run_never_shows_a_gain_under_smoke(tmp_pat
 
 
 def test_one_device_keeps_one_plain_summary(tmp_path):
-    text = summary.write_summary(_folder(tmp_path), tmp_path / "out")[0].read_text()
+    text = summary_page.write_summary(_folder(tmp_path), tmp_path / "out")[0].read_text()
     assert text.startswith("# gpulab summary: NVIDIA H100 80GB HBM3\n") and "\n## NVIDIA" not in text
 
 
@@ -69,7 +69,7 @@ def test_a_nan_ratio_names_its_file_and_the_summary_goes_on(tmp_path):
     data = json.loads((folder / "02_tensor_cores.json").read_text())
     data["experiments"][0].update(ratio=float("nan"), ratio_interval=[1.0, 2.0])
     (folder / "02_tensor_cores.json").write_text(json.dumps(data))  # json writes NaN, and reads it back
-    md, _ = summary.write_summary(folder, tmp_path / "out")
+    md, _ = summary_page.write_summary(folder, tmp_path / "out")
     text = md.read_text()
     assert "skipped 02_tensor_cores.json" in text and "ratio" in text.split("## Problems")[1]
 
