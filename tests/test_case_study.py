@@ -152,3 +152,22 @@ def test_loss_gap_estimate_is_signed_with_the_paired_gaps_as_interval():
     assert T.loss_gap_estimate(ref, run).value < 0
     with pytest.raises(ValueError):
         T.loss_gap_estimate(run[:-1], ref)
+
+
+def test_waterfall_rounds_are_full_where_a_verdict_reads_the_interval():
+    """Each judged gain reads its step and the one before; the naive and the last step feed the floors: those get
+    every round, the steps no verdict reads at most two."""
+    naive = T.TrainConfig(model=GPTConfig.gpt2_small(vocab_size=50257), batch_size=8)
+    for compile_ in (True, False):
+        cfgs = T.waterfall_configs(naive, batch_size=32, grad_accum=2, num_workers=4, compile=compile_)
+        rounds = dict(zip([label for label, _ in cfgs], CS.waterfall_rounds(cfgs, 8)))
+        steps = [FakeStep(cfg, Estimate.exact(1.0)) for _, cfg in cfgs]
+        read = {0, len(cfgs) - 1}
+        for key, field_name in CS.STEP_FIELDS.items():
+            if key not in CS.NOT_JUDGED_HERE:
+                s, p = CS.step_with(steps, field_name)
+                read |= {steps.index(s), steps.index(p)} if s is not None else set()
+        for i, (label, _) in enumerate(cfgs):
+            assert rounds[label] == (8 if i in read else 2), label
+        assert rounds["+ DataLoader workers, pinned"] == 2 and rounds["naive FP32"] == 8
+    assert CS.waterfall_rounds(cfgs, 1) == [1] * len(cfgs)  # never more than asked
