@@ -244,7 +244,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           COMPILE_MODE=one_of(*COMPILE_MODES), COMPILE_IN_SMOKE=boolean()),
     "09_profiling": dict(SMOKE=boolean(), D=_opt_int.sized(1024, smoke=32), DEPTH=_opt_int.sized(8, smoke=2),
                          BATCH=_opt_int.sized(4096, smoke=16), STEPS_PER_CALL=_opt_int.sized(3, smoke=2),
-                         PROFILE_STEPS=_opt_int.sized(2), OVERHEAD_BLOCKS=_opt_int.sized(200, smoke=8),
+                         PROFILE_STEPS=_opt_int.sized(2), OVERHEAD_BLOCKS=_opt_int.sized(128, smoke=8),
                          LAUNCH_BOUND_BLOCKS=_opt_int.sized(40, smoke=8),
                          BLOCK_S=_opt_sec.sized(0.08, smoke=0.005), OVERHEAD_ROUNDS=_opt_int.sized(240, smoke=2),
                          LAUNCH_BOUND_ROUNDS=_opt_int.sized(60, smoke=2),
@@ -253,7 +253,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                                      "a dict of ints: D, DEPTH, BATCH, or None").sized(
                              {"D": 64, "DEPTH": 2, "BATCH": 8}, smoke={"D": 16, "DEPTH": 1, "BATCH": 4}),
                          GPU_BOUND_BATCH=_opt_int.sized(16384, smoke=32), TRACK_STEPS=_opt_int.sized(150, smoke=20),
-                         CASE_STEPS=_opt_int.sized(10, smoke=4), MIN_TIME_S=_opt_sec.sized(None, smoke=0.05)),
+                         CASE_STEPS=_opt_int.sized(10, smoke=4), MIN_TIME_S=_opt_sec.sized(0.5, smoke=0.05)),
     "10_multi_gpu": dict(SMOKE=boolean(), NPROC=integer(1, MAX_WORKERS, optional=True), N_LAYER=_opt_int.sized(12, smoke=2),
                          N_HEAD=_opt_int.sized(12, smoke=2), N_EMBD=_opt_int.sized(768, smoke=64),
                          SEQ_LEN=_opt_int.sized(1024, smoke=64), VOCAB_SIZE=_opt_int.sized(50304, smoke=512),
