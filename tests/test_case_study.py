@@ -152,3 +152,25 @@ def test_loss_gap_estimate_is_signed_with_the_paired_gaps_as_interval():
     assert T.loss_gap_estimate(ref, run).value < 0
     with pytest.raises(ValueError):
         T.loss_gap_estimate(run[:-1], ref)
+
+
+def test_waterfall_rounds_follow_what_the_verdicts_read():
+    """A judged gain reads its step and the one before; the naive and the last step feed the floors: every round
+    for the gain near its bar (compile), half for the other steps a verdict reads, at most two elsewhere."""
+    naive = T.TrainConfig(model=GPTConfig.gpt2_small(vocab_size=50257), batch_size=8)
+    for compile_ in (True, False):
+        cfgs = T.waterfall_configs(naive, batch_size=32, grad_accum=2, num_workers=4, compile=compile_)
+        rounds = dict(zip([label for label, _ in cfgs], CS.waterfall_rounds(cfgs, 8)))
+        steps = [FakeStep(cfg, Estimate.exact(1.0)) for _, cfg in cfgs]
+        read, near = {0, len(cfgs) - 1}, set()
+        for key, field_name in CS.STEP_FIELDS.items():
+            s, p = CS.step_with(steps, field_name)
+            if key not in CS.NOT_JUDGED_HERE and s is not None:
+                read |= {steps.index(s), steps.index(p)}
+                near |= {steps.index(s), steps.index(p)} if field_name in CS.NEAR_BAR else set()
+        for i, (label, _) in enumerate(cfgs):
+            assert rounds[label] == (8 if i in near else 4 if i in read else 2), label
+        assert rounds["+ DataLoader workers, pinned"] == 2 and rounds["naive FP32"] == 4
+    assert rounds["+ BF16 weights, FP32 master"] == 4  # no compile step: the last step's floors are far from their bars
+    assert CS.waterfall_rounds(cfgs, 1) == [1] * len(cfgs)  # never more than asked
+    assert CS.waterfall_rounds(cfgs, 3) == [2] * len(cfgs)  # no compile step here; 3 // 2 is 1, a judged step keeps 2
