@@ -101,12 +101,11 @@ def test_02_one_colour_per_dtype_and_sizes_on_the_axis():
 
 def test_03_modes_figure_leaves_out_what_has_no_compile():
     from gpulab.lessons import fusion as F3
-    from gpulab.lessons import fusion_figures as F3fig
 
     ref = _ref("03_fusion")
     figs = []
     plt.show = lambda *a, **k: figs.append(plt.gcf())
-    F3fig.modes_figure(_cmp(ref, F3.INFER_NAME), ref["extra"]["modes"], ref, "t")
+    F3.modes_figure(_cmp(ref, F3.INFER_NAME), ref["extra"]["modes"], ref, "t")
     labels = [t.get_text() for t in figs[0].axes[1].get_xticklabels()]
     assert "eager" not in labels and "CUDA graph" not in labels and any(t.startswith("max-autotune") for t in labels)
     assert "1 kernel generated" in repr(F3.FirstCall(seconds=0.5, kernels=1))
@@ -114,12 +113,11 @@ def test_03_modes_figure_leaves_out_what_has_no_compile():
 
 def test_03_bandwidth_legend_names_every_colour():
     from gpulab.lessons import fusion as F3
-    from gpulab.lessons import fusion_figures as F3fig
 
     ref = _ref("03_fusion")
     figs = []
     plt.show = lambda *a, **k: figs.append(plt.gcf())
-    F3fig.bandwidth_figure(ref["extra"]["gelu_bandwidth_gbs"], ref)
+    F3.bandwidth_figure(ref["extra"]["gelu_bandwidth_gbs"], ref)
     ax = figs[0].axes[0]
     named = {matplotlib.colors.to_hex(h.get_facecolor()) for h in ax.get_legend().legend_handles
              if hasattr(h, "get_facecolor") and not isinstance(h, matplotlib.lines.Line2D)}

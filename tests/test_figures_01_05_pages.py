@@ -59,28 +59,26 @@ def test_04_pairs_without_a_reference_draw_no_grey_slot_and_three_figures(shown)
 def test_03_modes_figure_eager_red_no_empty_reference(shown):
     """The modes chart listed a 'reference GPU' it did not draw and drew eager in teal, 03's fused colour."""
     from gpulab.lessons import fusion as F3
-    from gpulab.lessons import fusion_figures as F3fig
 
     ref = _ref("03_fusion")
     cmp = next(c for c in comparisons(ref) if c.name == F3.INFER_NAME)
-    F3fig.modes_figure(cmp, ref["extra"]["modes"], None, "t")
+    F3.modes_figure(cmp, ref["extra"]["modes"], None, "t")
     times, compile_ = shown[-1].axes
     assert _legend(times) == ["eager, this run", "graph or compiled, this run"]
     assert _legend(compile_) == ["graph or compiled, this run"]  # no eager bar there: no eager entry
     assert _colours(times.patches)[0] == plots.BEFORE and set(_colours(times.patches[1:])) == {plots.AFTER}
     compile_s = [m["compile_s"] for m in ref["extra"]["modes"] if m.get("ok")]
     assert [t.get_text() for t in compile_.texts if t.get_text()] == [sig(v) for v in compile_s]  # 74.0 s, not 74
-    F3fig.modes_figure(cmp, ref["extra"]["modes"], ref, "t")
+    F3.modes_figure(cmp, ref["extra"]["modes"], ref, "t")
     assert _legend(shown[-1].axes[0])[-1] == "reference GPU"
 
 
 def test_03_bandwidth_in_the_pages_unit(shown):
     """Bars in GB/s (2,940) under a legend and text in TB/s (3.00 TB/s): one unit for one quantity."""
     from gpulab.lessons import fusion as F3
-    from gpulab.lessons import fusion_figures as F3fig
 
     ref = _ref("03_fusion")
-    F3fig.bandwidth_figure(ref["extra"]["gelu_bandwidth_gbs"], None)
+    F3.bandwidth_figure(ref["extra"]["gelu_bandwidth_gbs"], None)
     ax = shown[-1].axes[0]
     assert ax.get_ylabel() == "TB/s" and max(p.get_height() for p in ax.patches) < 10
 

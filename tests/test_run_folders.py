@@ -102,13 +102,13 @@ def test_gpulab_results_that_cannot_be_written_is_refused_before_any_notebook(tm
         target.write_text("not a folder")
     else:
         target.mkdir()
-        real = course.make_writable
+        real = run_folders.make_writable
 
         def refuse(out, name="--out"):
             if Path(out) == target:
                 raise ValueError(f"{name} {out} cannot be written: Read-only file system")
             return real(out, name)
-        monkeypatch.setattr(course, "make_writable", refuse)
+        monkeypatch.setattr(run_folders, "make_writable", refuse)
     monkeypatch.setenv("GPULAB_RESULTS", str(target))
     assert main(["run", "01", "--smoke", "--out", str(tmp_path / "run")]) == 2
     assert "GPULAB_RESULTS" in _err_line(capsys.readouterr().err) and not fake_papermill
@@ -118,6 +118,14 @@ def test_gpulab_results_naming_a_file_is_refused_where_a_lesson_starts(tmp_path,
     (tmp_path / "res").write_text("not a folder")
     monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path / "res"))
     with pytest.raises(ValueError, match="GPULAB_RESULTS=.* is a file"):
+        gl.lesson("01_measuring", {"SMOKE": True}, show=False)
+
+
+def test_gpulab_results_that_cannot_be_written_is_refused_where_a_lesson_starts(monkeypatch):
+    """A notebook opened in Jupyter finds an unwritable GPULAB_RESULTS at its first cell, not at its save (/proc
+    refuses a new folder even to root, who passes every permission check)."""
+    monkeypatch.setenv("GPULAB_RESULTS", "/proc/gpulab-results")
+    with pytest.raises(ValueError, match="GPULAB_RESULTS /proc/gpulab-results cannot be written"):
         gl.lesson("01_measuring", {"SMOKE": True}, show=False)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..measuring.checks import positive_int
-from .faults import DiskFull, Stopped, disk_full, keep_if_whole, make_writable, system_folder, where  # noqa: F401
+from .faults import DiskFull, Stopped, disk_full, keep_if_whole, system_folder, where  # noqa: F401
 from ..verdicts.params import SCHEMAS, check_params, too_big
 from ..measuring.files import TMP_MARK, results_dir, write_json_atomic
 from ..verdicts.results import ResultError, load_result

@@ -37,19 +37,6 @@ def system_folder(out: Path) -> str | None:
     return None
 
 
-def make_writable(out: Path, name: str = "--out") -> None:
-    """Make the folder `out` and write a file there, or raise ValueError in one line: the only sure test (root
-    passes os.access everywhere; /proc refuses a folder anyway)."""
-    probe = out / f".gpulab-probe-{os.getpid()}"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"probe")
-        probe.unlink()
-    except OSError as e:
-        raise ValueError(f"{name} {out} cannot be written: {e.strerror or e}"
-                         + (f" ({e.filename})" if e.filename else "")) from None
-
-
 def _inside(path: Path, folder: Path) -> bool:
     try:
         path.relative_to(folder)

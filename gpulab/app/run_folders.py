@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..measuring.files import data_dir, pid_alive, results_dir
-from .faults import make_writable, system_folder
+from ..measuring.files import data_dir, make_writable, pid_alive, results_dir
+from .faults import system_folder
 from .summary import collect
 
 

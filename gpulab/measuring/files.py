@@ -108,3 +108,16 @@ def write_json_atomic(path: Path | str, data: Any) -> Path:
     """Write JSON to `path` atomically (see `write_text_atomic`); NaN and inf are written as null."""
     text = json.dumps(_clean(data), indent=1, allow_nan=False)  # serialise fully before touching the disk
     return write_text_atomic(path, text)
+
+
+def make_writable(out: Path, name: str = "--out") -> None:
+    """Make the folder `out` and write a file there, or raise ValueError in one line: the only sure test (root
+    passes os.access everywhere; /proc refuses a folder anyway)."""
+    probe = out / f".gpulab-probe-{os.getpid()}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"probe")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"{name} {out} cannot be written: {e.strerror or e}"
+                         + (f" ({e.filename})" if e.filename else "")) from None

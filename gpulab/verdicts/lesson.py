@@ -16,13 +16,15 @@ records the sizes used, which of them the reader gave, and whether this was a sm
 """
 from __future__ import annotations
 
+import os
+
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .claims import SMOKE_NOTE, Claim
 from ..measuring.device import DeviceInfo, dtype_support, get_device
-from ..measuring.files import results_dir
+from ..measuring.files import make_writable, results_dir
 from ..measuring.host import host_speed, launch_range_us, recorded_host
 from .results import NotebookResult, load_reference, making_reference
 
@@ -310,7 +312,8 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None 
     extra = sorted(set(smoke) - set(full))
     if extra:
         raise ValueError(f"smoke sizes {extra} have no full size; give each in full= too")
-    results_dir()  # a GPULAB_RESULTS inside the reference runs stops here, before any work
+    if os.environ.get("GPULAB_RESULTS"):  # a file, a read-only folder or the reference runs stop here, before any work
+        make_writable(results_dir(), "GPULAB_RESULTS")
     device = device or get_device()
     small = bool(namespace.get("SMOKE", False)) or not device.is_cuda
     schema = SCHEMAS.get(name, {})
