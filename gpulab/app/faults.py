@@ -32,7 +32,7 @@ def system_folder(out: Path) -> str | None:
     if str(resolved) in SYSTEM_DIRS:
         return str(resolved)
     for pseudo in ("/proc", "/sys"):
-        if _inside(resolved, Path(pseudo)):
+        if resolved.is_relative_to(pseudo):
             return f"inside {pseudo}"
     return None
 
@@ -48,14 +48,6 @@ def make_writable(out: Path, name: str = "--out") -> None:
     except OSError as e:
         raise ValueError(f"{name} {out} cannot be written: {e.strerror or e}"
                          + (f" ({e.filename})" if e.filename else "")) from None
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.relative_to(folder)
-        return True
-    except ValueError:
-        return False
 
 
 def keep_if_whole(writing: Path, dest: Path) -> None:

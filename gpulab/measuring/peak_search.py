@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from statistics import median
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -45,12 +46,6 @@ def shape_flops(shape: Shape) -> int:
     """FLOPs of one (M, N, K) matmul: 2·M·N·K."""
     m, n, k = shape
     return 2 * m * n * k
-
-
-def _median(xs: Sequence[float]) -> float:
-    v = sorted(xs)
-    h = len(v) // 2
-    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2
 
 
 def median_interval(xs: Sequence[float]) -> tuple[float, float]:
@@ -119,9 +114,9 @@ def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s
     rows, per_call = [], {}
     for shape in progress(list(shapes)):
         warm = list(time_calls(shape, warm_calls)) if warm_calls else []
-        guess = _median(warm) if warm else 0.0
+        guess = median(warm) if warm else 0.0
         calls = max(min_calls, min(max_calls, int(shape_s / guess) if guess > 0 else max_calls))
-        t = _median(time_calls(shape, calls))
+        t = median(time_calls(shape, calls))
         per_call[shape] = t
         rows.append([*shape, shape_flops(shape) / max(t, 1e-12) / 1e12])
     t1 = clock()
@@ -147,7 +142,7 @@ def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s
             calls, warm = n_calls(sh), n_warm(sh)
             times = list(time_calls(sh, warm + calls))[warm:]  # one batch: no idle gap before the timed calls
             f = shape_flops(sh) / 1e12
-            out_rounds[sh].append(f / max(_median(times), 1e-12))
+            out_rounds[sh].append(f / max(median(times), 1e-12))
             lo, hi = median_interval(times)
             out_iv[sh].append([f / max(hi, 1e-12), f / max(lo, 1e-12)])
     best = max(ranked, key=lambda sh: max(out_rounds[sh]))
@@ -177,7 +172,7 @@ def settle(time_calls: TimeCalls, shape: Shape, calls: int, *, max_s: float, tol
     start = clock()
     f, rates, mark, t_mark = shape_flops(shape) / 1e12, [], None, start
     while (now := clock()) < start + max_s and (mark is None or now - t_mark < steady_s):
-        rate = f / max(_median(time_calls(shape, calls)), 1e-12)
+        rate = f / max(median(time_calls(shape, calls)), 1e-12)
         rates.append(rate)
         if mark is None or rate > mark * (1 + tolerance):
             mark, t_mark = rate, clock()
