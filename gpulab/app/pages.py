@@ -105,11 +105,6 @@ def page_count(html: str | Path) -> PageCount:
         return pdf_pages(pdf.read_bytes())
 
 
-def count_pages(html: str | Path) -> int:
-    """How many A4 pages an HTML page (a file, or its text) prints to in headless Chromium."""
-    return page_count(html).pages
-
-
 def main(argv: list[str] | None = None) -> int:
     """Print each page's A4 page count and the page of its first figure."""
     paths = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]

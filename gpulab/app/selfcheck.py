@@ -23,7 +23,7 @@ from ..measuring.peaks import measure_peaks
 from ..verdicts.claims import Claim
 from ..verdicts.experiment import Comparison
 from ..verdicts.run_result import RunResult
-from ..measuring.host import host_speed, launch_times_us
+from ..measuring.host import host_speed
 from ..measuring.monitor import Monitor, Trace, watch
 from ..verdicts.results import NotebookResult
 from ..measuring.timing import benchmark
@@ -141,16 +141,6 @@ def monitor_overhead(device: DeviceInfo, *, phases: int = 8, blocks: int = 8, bl
         else:
             run_blocks(times[False])
     return Measurement("monitor off", times[False]), Measurement("monitor on", times[True])
-
-
-def host_launch_us(device: DeviceInfo, *, launches: int = 2000, rounds: int = 5) -> Measurement:
-    """Host time per eager op on a one-element tensor (a kernel launch on a GPU), in rounds of `launches` ops.
-
-    A tiny op's kernel finishes faster than the host can launch the next one, so the time per op is the
-    host's dispatch and launch cost: what bounds a loop of small kernels.
-    """
-    return Measurement("eager op on a one-element tensor",
-                       [t / 1e6 for t in launch_times_us(device, launches=launches, rounds=rounds)])
 
 
 def timer_workloads(device: DeviceInfo, *, small: bool) -> dict[str, tuple[str, Any]]:

@@ -277,13 +277,6 @@ def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> s
     return "\n".join(lines)
 
 
-def largest_gain(data: dict) -> dict | None:
-    """The notebook's first headline gain (`headline_gains`: the experiment its lesson marks, else its largest
-    optimisation); None from a smoke or CPU run."""
-    g = headline_gains(data)
-    return g[0][0] if g else None
-
-
 def _course_counts(claims: list[dict]) -> str:
     """The course's own targets' verdicts in a few words ("2 confirmed, 1 refuted"), or "—"."""
     n = count_verdicts(claims, origin="course")

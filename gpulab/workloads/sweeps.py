@@ -310,11 +310,6 @@ def column(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0) -> list
     return [None if r.get(key) is None else r[key] * scale for r in rows]
 
 
-def row_for(rows: Sequence[dict[str, Any]], key: str, value: Any) -> dict[str, Any] | None:
-    """The first row whose `key` equals `value`, or None."""
-    return next((r for r in rows if r.get(key) == value), None)
-
-
 # ---------------------------------------------------------------- reading a sweep with its spread
 
 def trace_estimate(run: RunResult | None, metric: str) -> Estimate | None:
