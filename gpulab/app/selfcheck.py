@@ -1,14 +1,9 @@
 """`python -m gpulab check`: does measuring work on this machine? Peaks, monitor readings and monitor overhead.
 
-It measures four things and checks them as claims (and times the host's eager op dispatch, which it reports
-without a claim: launch-bound loops and data loading run at the host's speed, not the GPU's):
-1. sustained BF16 matmul TFLOP/s and device copy bandwidth, against floors that hold on any healthy GPU:
-   fractions of this device's own datasheet dense peak and memory bandwidth (not tested without an entry),
-2. the monitor around about 2 s of large BF16 matmuls (NVML busy and GPM tensor activity should be high),
-3. the monitor around 1 s of idle, 1.5 s after the busy window (both should be near zero),
-4. how much the monitor slows a small training loop, with it on and off in alternating blocks of one run.
-It also times three calls with gpulab and with torch.utils.benchmark's blocked_autorange (a tiny launch-bound
-kernel, a large matmul, an elementwise kernel) and records the three ratios as `timer_agreement`.
+Its claims: sustained BF16 matmul TFLOP/s and copy bandwidth against floors that hold on any healthy GPU
+(fractions of this device's datasheet values), the monitor high over large matmuls and near zero at idle, and the
+monitor's cost to a small training loop. It also times three calls with gpulab and with torch.utils.benchmark's
+blocked_autorange (`timer_agreement`).
 """
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """The summary of a course run, built only from result JSON files: tables, a figure, the README's section.
 
-Verdicts are counted by kind (a refutation "higher than claimed" apart from one "lower than claimed"), one
-count per claim (claims that share a measurement each count with their own verdict), the guide's claims apart
-from the course's own targets (`claims.claim_origin`). The "headline gain" and the figure show, per notebook,
-the experiment(s) its lesson marks as the headline (`res.add(cmp, headline=True)`), on the work-normalised ratio
-(items/s after over before when the items per call differ, else the time ratio) with its interval; a result
-that marks none (one written before headlines were marked) falls back to its largest optimisation (a
-demonstration's contrast, such as tiny kernels vs one big matmul, is not a gain to adopt). Never from a smoke or
-CPU run, and never from an implausible ratio (a scaling efficiency over 100%, CPU processes standing in for
-GPUs), which is flagged instead. Claims of two runs match on their key. Files written before those fields
-existed still summarise: a missing kind is an optimisation, a missing side or evidence counts as measured, a
-missing origin comes from the source, a claim without a key matches on its text.
+A headline gain (`headline_gains`) never comes from a smoke or CPU run, nor from an implausible ratio (a scaling
+efficiency over 100%, CPU processes standing in for GPUs), which is flagged instead; a demonstration's contrast
+(tiny kernels vs one big matmul) is not a gain to adopt. Files written before a field existed still summarise:
+a missing kind is an optimisation, a missing side or evidence counts as measured, a missing origin comes from
+the source, a claim without a key matches on its text.
 """
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Notebook 06 (batch size): its claims as data, the sweep read by batch size (`Sweep`), the functions that judge
-each claim (`check_*`, `record_the_rest`: the only ones that record), and its figures. The training step, the
-search call and the gradient-accumulation loop are written in the notebook's cells; the search and the sweep are
-`gpulab.tools.batchsize`. Nothing here times anything."""
+each claim (`check_*`, `record_the_rest`), and its figures. Nothing here times anything."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,9 +1,6 @@
 """Notebook 03 (kernel fusion and torch.compile): what a cell cannot hold. Its claims as data (each with the guide's
 words), the byte counter behind "six memory passes", a stopwatch for a compiled function's first call, the ratios
 the compile-modes claims stand on (its figures and widget: `fusion_figures`).
-
-The technique itself (the functions, `torch.compile(...)`, the CUDA-graph capture) is written in the notebook's
-cells; nothing here compiles or times anything except `first_call` and the widget.
 """
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Notebook 01 (measuring): its claims as data, the evidence each one is judged on, and its tables and figures.
-
-The measuring itself is written in the notebook's cells; the instruments are gpulab's (`gl.Monitor`, `gl.measure`,
-`gpulab.workloads.sampling` for NVML's samples and bursts of known busy time, `gpulab.workloads.matmuls` for the workloads).
-
-    lesson.check("window", *M.window(period))   # judged on the interval; "not tested" with the reason if None
-"""
+"""Notebook 01 (measuring): its claims as data, the evidence each one is judged on, and its tables and figures."""
 from __future__ import annotations
 
 from typing import Any, Sequence

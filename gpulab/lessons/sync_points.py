@@ -1,9 +1,6 @@
 """Notebook 04 (sync points): what a cell cannot hold. Its claims as data (each with the guide's words), the two
 clocks a copy is timed with (when the call returned on the host, how long the copy ran on the GPU), the share of a
 task an overlap hid, and the notebook's per-side trace table and figures.
-
-The technique itself (the training loop that reads its loss with `.item()` or not, the masked mean, the eval loop,
-`.pin_memory()`, `non_blocking=True`, the second `torch.cuda.Stream`) is written in the notebook's cells.
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from .estimates import Estimate, median_interval
 from .text import ratio as _ratio, sig
+from .files import JsonRecord
 
 
 NOISE_THRESHOLD = 0.10  # IQR over median above this is flagged as noisy, as torch.utils.benchmark does
@@ -38,7 +39,7 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
 
 
 @dataclass
-class Measurement:
+class Measurement(JsonRecord):
     """Timings of repeated calls of one function, in seconds, with their median and spread.
 
     A Measurement is a value: its statistics are computed once; `merged` makes a new one.
@@ -171,11 +172,6 @@ class Measurement:
         return {"label": self.label, "times_s": self.times_s, "timer": self.timer,
                 "warmup_calls": self.warmup_calls, "meta": self.meta, "windows": [list(w) for w in self.windows],
                 "mode": self.mode, "calls_per_timing": self.calls_per_timing, "summary": self.summary()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Measurement:
-        """A Measurement from `to_dict`'s dict."""
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def __repr__(self) -> str:
         warn = "  (noisy: IQR > 10% of median)" if self.noisy else ""

@@ -23,6 +23,7 @@ from typing import Any
 from .checks import positive_float, positive_int
 from .estimates import Estimate
 from .device import DeviceInfo, get_device
+from .files import JsonRecord
 
 METRICS = {
     "nvml_util": "GPU busy (NVML, %)",
@@ -41,7 +42,7 @@ _GPM_IDS = {"gpm_sm_active": 2, "gpm_sm_occupancy": 3, "gpm_tensor_active": 5, "
 
 
 @dataclass
-class Trace:
+class Trace(JsonRecord):
     """A timeline of device metrics: per metric a list of (seconds since start, value)."""
 
     duration_s: float = 0.0
@@ -101,7 +102,7 @@ class Trace:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trace:
         """A Trace from `to_dict`'s dict."""
-        t = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        t = super().from_dict(d)
         t.series = {k: [tuple(p) for p in v] for k, v in t.series.items()}
         return t
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,10 +13,11 @@ from .checks import positive_int
 from .device import DTYPES, DeviceInfo, check_dtype, get_device
 from .peak_search import METHOD, ShapeSearch, search_matmul_peak
 from .text import si
+from .files import JsonRecord
 
 
 @dataclass
-class MeasuredPeaks:
+class MeasuredPeaks(JsonRecord):
     """Achievable matmul TFLOP/s per dtype and copy bandwidth, measured on this device."""
 
     device: str
@@ -55,15 +56,6 @@ class MeasuredPeaks:
             return None
         i = max(range(len(r)), key=r.__getitem__)
         return r[i], min(q[i][0], r[i]), max(q[i][1], r[i])
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MeasuredPeaks:
-        """MeasuredPeaks from `to_dict`'s dict."""
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def _repr_html_(self) -> str:
         def extra(k: str) -> str:

@@ -18,11 +18,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from .files import JsonRecord
+
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
 @dataclass
-class ProfileSummary:
+class ProfileSummary(JsonRecord):
     """What the GPU did during some steps: busy time, idle gaps, kernels and the calls that made the CPU wait."""
 
     steps: int
@@ -74,11 +76,6 @@ class ProfileSummary:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with every field and the summary."""
         return asdict(self) | {"summary": self.summary()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ProfileSummary:
-        """A ProfileSummary from `to_dict`'s dict."""
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def __repr__(self) -> str:
         s = self.summary()

@@ -13,7 +13,7 @@ import html
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -23,6 +23,7 @@ from ..measuring.device import as_torch_device, synchronize
 from ..measuring.memory import is_oom
 from ..measuring.memory import release as _release
 from ..measuring.text import si
+from ..measuring.files import JsonRecord
 
 
 class SimulatedOutOfMemory(RuntimeError):
@@ -33,7 +34,7 @@ ROW_KEYS = ("batch_size", "fits", "samples_per_s", "step_ms", "peak_mem_bytes", 
 
 
 @dataclass
-class BatchSizeSearch:
+class BatchSizeSearch(JsonRecord):
     """Every batch size tried (fits or not, speed, peak memory), the largest that fits and the fastest."""
 
     max_fitting: int | None
@@ -74,15 +75,6 @@ class BatchSizeSearch:
         if baseline is None or self.memory_allocated_after is None:
             return None
         return self.memory_allocated_after <= baseline
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with every batch size tried."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BatchSizeSearch:
-        """A BatchSizeSearch from `to_dict`'s dict."""
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def __repr__(self) -> str:
         return (f"BatchSizeSearch({self.verdict}; tried {[r['batch_size'] for r in self.tried]} on {self.device})")

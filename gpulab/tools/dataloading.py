@@ -13,7 +13,7 @@ import html
 import itertools
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import psutil
@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ..measuring.device import as_torch_device, synchronize, usable_cores
 from ..measuring.text import pct, si
+from ..measuring.files import JsonRecord
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
@@ -123,7 +124,7 @@ ROW_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"
 
 
 @dataclass
-class DataLoaderTuning:
+class DataLoaderTuning(JsonRecord):
     """Throughput of every DataLoader setting tried, the fastest one, and what was skipped and why."""
 
     rows: list[dict[str, Any]]
@@ -142,15 +143,6 @@ class DataLoaderTuning:
             kw.update(prefetch_factor=self.best["prefetch_factor"],
                       persistent_workers=self.best["persistent_workers"])
         return kw
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with every setting's row."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DataLoaderTuning:
-        """A DataLoaderTuning from `to_dict`'s dict."""
-        return cls(**{k: d[k] for k in ("rows", "best", "notes", "batch_size", "device") if k in d})
 
     def __repr__(self) -> str:
         b = self.best

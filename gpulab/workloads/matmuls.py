@@ -23,6 +23,7 @@ from ..measuring.flops import attention_flops, matmul_flops
 from ..measuring.text import pct, si, sig
 from ..measuring.timing import benchmark
 from .models import MLP, Block, GPTConfig, random_matmul_inputs
+from ..measuring.files import JsonRecord
 
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 FP8_OUT_BYTES = 2  # torch._scaled_mm here writes BF16
@@ -133,7 +134,7 @@ def fmt_tflops(v: float | None) -> str:
 
 
 @dataclass
-class MatmulPoint:
+class MatmulPoint(JsonRecord):
     """One measured matmul: its size, dtype, time and achieved TFLOP/s beside the peaks."""
 
     n: int
@@ -159,10 +160,6 @@ class MatmulPoint:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"frac_datasheet": self.frac_datasheet, "frac_measured": self.frac_measured}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MatmulPoint:
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def _repr_html_(self) -> str:
         shape = f"{self.m or self.n}×{self.k or self.n}×{self.n}"
