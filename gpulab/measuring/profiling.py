@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from . import checks
 from .files import JsonRecord
 
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
@@ -206,11 +207,6 @@ def nvtx_range(name: str) -> Iterator[None]:
             torch.cuda.nvtx.range_pop()
 
 
-def _check_count(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
 _CYCLE_WARNING = ".*Profiler clears events at the end of each cycle"  # torch's, on every scheduled profile
 
 
@@ -256,10 +252,10 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
     `trace_path` (a name ending in .json.gz, or .json) the active steps are written as a Chrome/Perfetto trace:
     open it at https://ui.perfetto.dev. `record_shapes` records each op's input shapes in the trace.
     """
-    _check_count("steps", steps, 1)
-    _check_count("warmup", warmup, 0)
-    _check_count("wait", wait, 0)
-    _check_count("profiler_warmup", profiler_warmup, 0)
+    checks.positive_int("steps", steps)
+    checks.positive_int("warmup", warmup, minimum=0)
+    checks.positive_int("wait", wait, minimum=0)
+    checks.positive_int("profiler_warmup", profiler_warmup, minimum=0)
     if trace_path is not None and not str(trace_path).endswith((".json", ".json.gz")):
         raise ValueError(f"trace_path={str(trace_path)!r} must end in .json.gz (or .json)")
     cuda = torch.cuda.is_available()

@@ -22,6 +22,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
+from ..measuring import checks
 from ..measuring.device import as_torch_device, synchronize, usable_cores
 from ..measuring.text import pct, si
 from ..measuring.files import JsonRecord
@@ -98,8 +99,8 @@ def launch_headroom(step: Callable[[Any, Any], Any], x: torch.Tensor, y: torch.T
     any extra host work (a prefetcher's stream bookkeeping, a busy neighbour process) leaves the GPU waiting, and
     a change to the copy measures the host instead. Needs CUDA tensors: on a CPU the "launch" is the work.
     """
-    _check_int("steps", steps, 1)
-    _check_int("repeats", repeats, 1)
+    checks.positive_int("steps", steps)
+    checks.positive_int("repeats", repeats)
     if x.device.type != "cuda":
         raise ValueError(f"launch_headroom needs CUDA tensors; x is on {x.device}")
     host, gpu = [], []
@@ -183,11 +184,6 @@ def sweep_workers(cores: int, batches: int) -> list[int]:
     return sorted(w for w in {0, 1, max(1, cores // 2), cores} if w <= max(1, batches))
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
 def _shutdown(it: Any) -> None:
     # Stop worker processes now rather than whenever the garbage collector gets to the iterator.
     if hasattr(it, "_shutdown_workers"):
@@ -228,18 +224,18 @@ def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, 
     workers; pin_memory=True only with CUDA. The defaults scale to the dataset: one pass over it (2-20 `batches`),
     `sweep_workers` workers, the guide's prefetch_factor=2 and persistent workers: 3 settings on a 2-core CPU.
     """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("batches", 1 if batches is None else batches, 1)
-    _check_int("warmup_batches", warmup_batches, 0)
+    checks.positive_int("batch_size", batch_size)
+    checks.positive_int("batches", 1 if batches is None else batches)
+    checks.positive_int("warmup_batches", warmup_batches, minimum=0)
     if not callable(model_step):
         raise ValueError("model_step must be callable as model_step(x, y)")
     batches = batches or min(20, max(2, len(dataset) // batch_size))  # one pass over the data, 2 to 20 batches
     workers = list(sweep_workers(usable_cores(), batches) if workers is None else _as_tuple(workers))
     for w in workers:
-        _check_int("workers", w, 0)
+        checks.positive_int("workers", w, minimum=0)
     prefetch = tuple(dict.fromkeys(_as_tuple(prefetch_factor)))
     for p in prefetch:
-        _check_int("prefetch_factor", p, 1)
+        checks.positive_int("prefetch_factor", p)
     pins, persist = _as_tuple(pin_memory), _as_tuple(persistent_workers)
     if not workers or not prefetch or not pins or not persist:
         raise ValueError("workers, pin_memory, prefetch_factor and persistent_workers need at least one value")

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ..measuring import checks
 from ..measuring.estimates import Estimate, log_t_interval
-from ..tools.dataloading import CUDAPrefetcher, _check_int, _shutdown, to_device
+from ..tools.dataloading import CUDAPrefetcher, _shutdown, to_device
 from .image_feeds import endless_loader, workers
 from ..measuring.device import as_torch_device, get_device
 from ..verdicts.experiment import Comparison, default_min_time, measure
@@ -170,8 +170,8 @@ def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float,
     `rounds` more windows of `window_s` each (None: a quarter of the time), so the throughput (items over each
     window's wall time) has a spread. The data wait per batch of each window is kept in
     `meta['data_wait_s_per_batch']`."""
-    _check_int("batches_per_call", batches_per_call, 1)
-    _check_int("rounds", rounds, 0)
+    checks.positive_int("batches_per_call", batches_per_call)
+    checks.positive_int("rounds", rounds, minimum=0)
     checks.positive_float("window_s", window_s, allow_none=True)
     dev = device if hasattr(device, "is_cuda") else get_device()
     feed.settle()
@@ -213,9 +213,9 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     `pair_interval`: the interval of the window pairs the comparison's verdict stands on (`Comparison`): "t" where
     a claim on the pair is judged on `paired_ratio`, so that its header and the claim say the same."""
     dev = device if hasattr(device, "is_cuda") else get_device()
-    _check_int("rounds", rounds, 0)
+    checks.positive_int("rounds", rounds, minimum=0)
     if min_rounds is not None:
-        _check_int("min_rounds", min_rounds, 0)
+        checks.positive_int("min_rounds", min_rounds, minimum=0)
     checks.positive_float("budget_s", budget_s, allow_none=True)
     checks.positive_float("window_s", window_s, allow_none=True)
     b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,

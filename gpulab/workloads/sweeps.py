@@ -18,7 +18,6 @@ import torch
 from tqdm.auto import tqdm
 
 from ..measuring.estimates import Estimate, median_interval
-from ..tools.dataloading import _check_int
 from ..measuring.device import as_torch_device, get_device, synchronize
 from ..measuring import checks
 from ..verdicts.experiment import default_min_time, measure
@@ -71,8 +70,8 @@ class GPTTrainStep:
         return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
     def __call__(self, b: int, accum: int = 1) -> None:
-        _check_int("batch size", b, 1)
-        _check_int("accum", accum, 1)
+        checks.positive_int("batch size", b)
+        checks.positive_int("accum", accum)
         if b % accum:
             raise ValueError(f"accum={accum} must divide the batch size {b}")
         self.opt.zero_grad(set_to_none=True)
@@ -101,7 +100,7 @@ def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | 
     2·vocab per token (logits and their softmax), `bytes_per_value` each. Real use differs by the kernels
     and the allocator; on a GPU measure it (torch.cuda.max_memory_allocated) instead.
     """
-    _check_int("batch_size", batch_size, 1)
+    checks.positive_int("batch_size", batch_size)
     t = seq_len or config.block_size
     d, L, V = config.n_embd, config.n_layer, config.vocab_size
     params = V * d + config.block_size * d + L * 12 * d * d
