@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from gpulab.app import pages
+import _pages as pages
 
 
 def _pdf(page_images: list[list[int]]) -> bytes:
