@@ -42,12 +42,9 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
 class Measurement(JsonRecord):
     """Timings of repeated calls of one function, in seconds, with their median and spread.
 
-    A Measurement is a value: its statistics are computed once; `merged` makes a new one.
-    `windows` holds (calls, wall seconds) of each timed window, for the throughput of a pipeline
-    (items over the wall time of the window), which per-call medians overstate when a queue is involved.
-    `mode` says how it was timed: "latency" (each timing is one call) or "throughput" (each timing is the mean of
-    `calls_per_timing` back-to-back calls inside one event or clock pair); `method` says it in words.
-    """
+    A value: its statistics are computed once; `merged` makes a new one. `windows` holds (calls, wall seconds) of
+    each timed window, for the throughput of a pipeline, which per-call medians overstate when a queue is involved.
+    `mode` is "latency" (a timing is one call) or "throughput" (the mean of `calls_per_timing` back-to-back calls)."""
 
     label: str
     times_s: list[float]

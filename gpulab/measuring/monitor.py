@@ -341,10 +341,8 @@ def watch(fn: Any, seconds: float = GPM_MIN_WINDOW_S, device: DeviceInfo | None 
           sync_every: int = 20) -> Trace:
     """Run `fn()` back to back for `seconds` under a Monitor and return its trace.
 
-    The window holds nothing but `fn`'s work (warmed up first, no timing or profiling inside), so whole-window
-    GPM values describe `fn` itself rather than launch gaps between measurements. A sync every `sync_every`
-    calls keeps the queue short, so the window ends when the work does.
-    """
+    Nothing but `fn`'s work is in the window (warmed up first), so whole-window GPM values describe `fn` itself;
+    a sync every `sync_every` calls keeps the queue short, so the window ends when the work does."""
     import torch
 
     if not callable(fn):

@@ -246,12 +246,9 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
             record_shapes: bool = False) -> ProfileSummary:
     """Run `fn()` `warmup` times, then under torch.profiler's schedule, and summarise the active steps.
 
-    The schedule is torch.profiler.schedule(wait, profiler_warmup, active=steps): `wait` steps run unrecorded,
-    `profiler_warmup` steps are recorded and thrown away (the profiler's own start-up cost), then `steps` are
-    kept. Each step runs inside an NVTX range and a `record_function` range named "gpulab_step". With
-    `trace_path` (a name ending in .json.gz, or .json) the active steps are written as a Chrome/Perfetto trace:
-    open it at https://ui.perfetto.dev. `record_shapes` records each op's input shapes in the trace.
-    """
+    The schedule skips `wait` steps, records and drops `profiler_warmup` (the profiler's own start-up cost), then
+    keeps `steps`, each inside a "gpulab_step" NVTX and `record_function` range. `trace_path` (.json.gz or .json)
+    writes them as a Chrome/Perfetto trace (https://ui.perfetto.dev)."""
     checks.positive_int("steps", steps)
     checks.positive_int("warmup", warmup, minimum=0)
     checks.positive_int("wait", wait, minimum=0)

@@ -157,18 +157,12 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
                         timed_steps: int = 3, progress: bool = True) -> BatchSizeSearch:
     """Double the batch size from `start` until a step runs out of memory (or reaches `max_batch`), then bisect.
 
-    `step_fn(batch_size)` runs one full training step (forward, backward, optimizer) at that batch size and
-    should drop its own references when it returns (zero_grad(set_to_none=True) at its start helps).
-    Out-of-memory is `torch.OutOfMemoryError`, a RuntimeError saying "out of memory", a CPU allocator's
-    failure ("can't allocate memory") or a MemoryError (`is_allocation_failure`). `max_batch` caps the search: 4096
-    by default on CUDA (raise it for a small model on a big GPU); on a CPU it must be given, since a batch too big for
-    memory swaps for minutes before it fails (or a simulated `memory_limit_bytes` bounds it). A search that reaches
-    the cap says so (`capped`: larger may fit). A model with BatchNorm cannot train at batch 1 (one value per
-    channel): that batch is noted and skipped, and the search goes on from 2. To simulate a smaller device, pass
-    `memory_limit_bytes`: a batch then fails when `memory_fn(batch_size)` exceeds it, or, on CUDA without
-    `memory_fn`, when the step's measured peak allocation does. Each batch that fits is timed (1 warm-up step,
-    then the median of `timed_steps`, synchronized on CUDA).
-    """
+    `step_fn(batch_size)` runs one full training step and should drop its own references when it returns.
+    Out-of-memory is whatever `is_allocation_failure` recognises. `max_batch` is 4096 by default on CUDA; on a CPU
+    it must be given, since a batch too big for memory swaps for minutes before it fails. A search that reaches the
+    cap says so (`capped`). A model with BatchNorm cannot train at batch 1: that batch is noted and skipped.
+    `memory_limit_bytes` simulates a smaller device: a batch fails when `memory_fn(batch_size)`, or on CUDA the
+    step's measured peak, exceeds it. Each batch that fits is timed (1 warm-up step, the median of `timed_steps`)."""
     for name, v, lo in (("start", start, 1), ("max_batch", max_batch, 1), ("timed_steps", timed_steps, 1)):
         if (v is not None or name != "max_batch") and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name}={v!r} must be an integer >= {lo}")

@@ -154,19 +154,12 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
                      events: Callable[[], Any] | None | str = "auto") -> OverheadResult:
     """Time `step` with and without each tracker, interleaved, in one run.
 
-    gpulab's tracker never waits for the GPU, so it runs in `blocks` blocks of `block_steps` steps in ABBA
-    order with no sync between them: one tracker stays on the whole time and `step()` is called only in
-    "on" blocks. The loop runs in its steady state (a GPU-bound loop keeps the GPU's queue full throughout,
-    so a block's host time is its GPU time), and each on block is paired with the off block beside it.
-    The guide's tracker synchronizes twice per step, which empties the queue and would spill work across
-    block edges, so it runs in `rounds` synced rounds of `round_steps` steps, alternating with rounds without
-    a tracker. `make_tracker()` returns a fresh gpulab tracker (not started).
-
-    On a GPU each block is timed by two CUDA events around it (`events`, "auto": CUDA events when CUDA is
-    available): the block's time on the GPU's own timeline, idle gaps included, so a tracker that starved the
-    GPU would show, while the host's jitter (blocking on a full launch queue) does not. The host-clock block
-    times are kept beside them (`host_blocks`).
-    """
+    gpulab's tracker never waits for the GPU, so it runs in `blocks` blocks of `block_steps` steps in ABBA order
+    with no sync between them, one tracker on the whole time and `step()` called only in "on" blocks; each on block
+    is paired with the off block beside it. The guide's tracker syncs twice per step, which would spill work across
+    block edges, so it runs in `rounds` synced rounds of `round_steps` steps, alternating with untracked rounds.
+    On a GPU a block is timed by CUDA events (`events`): its time on the GPU's timeline, so a tracker that starved
+    the GPU would show while the host's jitter does not; the host-clock times are kept (`host_blocks`)."""
     if events == "auto":
         events = (lambda: torch.cuda.Event(enable_timing=True)) if torch.cuda.is_available() else None
     for name, v in (("block_steps", block_steps), ("blocks", blocks), ("round_steps", round_steps),

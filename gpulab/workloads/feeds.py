@@ -195,23 +195,17 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   min_rounds: int | None = None, decided: Callable[[Comparison], bool] | None = None,
                   budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
                   pair_interval: str = "median") -> Comparison:
-    """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
-    `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
-    queue, so neither side counts batches its workers loaded while the other side ran. Both loaders stay alive,
-    so before each window the other side's workers are given the time to refill their queue (`refill_s`): idle
-    workers of one loader then take no CPU from the one being timed (when they did, the side with the deeper
-    queue stole more of the other's window, and a no-op change read 1.14x on one run and 0.90x on the next).
-    `Comparison.estimate()` pairs the windows (drift cancels in each pair's ratio); `Comparison.throughput_ratio()`
-    sets the two sides' spreads against each other; neither uses the per-call median. `window_s`: each interleaved
-    window's seconds (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of
-    `min_time_s` elsewhere). `progress` shows a bar over the interleaved rounds (gone when they end).
+    """`gl.before_after` for two fed loops, as pipelines: each side's monitored window, then `rounds` interleaved
+    windows (before, after, after, before, ...), each started on a settled queue.
 
-    Fewer rounds where they already decide: with `min_rounds`, the rounds past it run only if `decided` (asked once,
-    after `min_rounds` rounds, on the comparison so far: two looks in all, not one after every round) says the pairs
-    do not yet settle the question, and only while the interleaved rounds have taken less than `budget_s` seconds
-    (checked after each pair of rounds, so both orders stay balanced). Without `min_rounds`, all `rounds` run.
-    `pair_interval`: the interval of the window pairs the comparison's verdict stands on (`Comparison`): "t" where
-    a claim on the pair is judged on `paired_ratio`, so that its header and the claim say the same."""
+    Both loaders stay alive, so before each window the other side's workers get the time to refill their queue
+    (`refill_s`): idle workers then take no CPU from the side being timed (when they did, a no-op change read
+    1.14x on one run and 0.90x on the next). `window_s`: each interleaved window's seconds (None: 1 s on a CUDA
+    GPU, long enough to hold many of a loader's bursts; a quarter of `min_time_s` elsewhere).
+    With `min_rounds`, the rounds past it run only if `decided` (asked once, after `min_rounds` rounds) says the
+    pairs do not yet settle the question, and while they have taken less than `budget_s` (checked after each pair
+    of rounds, so both orders stay balanced). `pair_interval`: "t" where a claim on the pair is judged on
+    `paired_ratio`, so that the comparison's header and the claim say the same."""
     dev = device if hasattr(device, "is_cuda") else get_device()
     checks.positive_int("rounds", rounds, minimum=0)
     if min_rounds is not None:

@@ -121,16 +121,10 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_l
                 round_s: float | None = None) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
     """Each batch size through `gl.measure`: time, tokens/s, MFU, NVML/GPM utilization; peak memory on CUDA.
 
-    `step(b)` trains on b sequences of `seq_len` tokens (any callable; a `GPTTrainStep` brings its own `seq_len`
-    and `flops_per_sequence()`). A batch size that runs out of memory (near the limit, the allocator's
-    fragmentation can differ from the search's) gets a row with oom=True and the sweep goes on. `rounds` adds
-    that many short interleaved rounds over the sizes that ran (the order reversed each round, `round_s` timed
-    seconds each, None: a tenth of `min_time_s`) to each size's step times: a step the host launches drifts by
-    10-20% over a minute, and one contiguous window per size samples one moment of that drift, so sizes timed a
-    few seconds apart would differ by when they ran. The rounds spread each size's steps over the whole sweep.
-    The monitor's readings (NVML, GPM) come from each size's own window only. Returns the table rows
-    (JSON-able) and the RunResults by batch size (with their monitor traces).
-    """
+    A batch size that runs out of memory gets a row with oom=True and the sweep goes on. `rounds` adds that many
+    interleaved rounds over the sizes that ran (`round_s` each, None: a tenth of `min_time_s`) to each size's step
+    times: a step the host launches drifts by 10-20% over a minute, so sizes timed seconds apart would differ by
+    when they ran. NVML and GPM come from each size's own window. Returns the rows and the RunResults by size."""
     checks.positive_int("rounds", rounds, minimum=0)
     checks.positive_float("round_s", round_s, allow_none=True)
     dev_info = device if hasattr(device, "is_cuda") else get_device()
@@ -196,19 +190,15 @@ def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, roun
                        preroll_s: float = 0.2, seq_len: int, flops_per_sequence: float, dtype: str | None = None,
                        device: Any = None, metric: str = "nvml_util", progress: bool = True
                        ) -> tuple[list[dict[str, Any]], dict[int, RunResult], dict[int, list[float | None]]]:
-    """The sizes' monitored windows in `rounds` interleaved rounds (the order reversed each round), each window
-    `window_s` long: the utilization at each size per round, for a difference judged over rounds (`round_rise`).
+    """The sizes' monitored windows in `rounds` interleaved rounds (the order reversed each round), each `window_s`
+    long: the utilization at each size per round, for a difference judged over rounds (`round_rise`).
 
-    One long window per size reads the host's speed of that moment: where the smaller size's step is partly
-    launch-bound, its NVML reading moves with the host's drift over seconds, so two long windows back to back
-    give an interval (the spread of NVML's samples) that misses how far the next run lands. Rounds spread both
-    sizes over the same moments. Before each window the step runs `preroll_s` untimed and unmonitored: NVML's
-    first sample in a window averages a period (up to 1/6 s on a Hopper) that began before it, which must hold
-    this size's work, not the other size's. Returns rows as `batch_sweep`'s (NVML and GPM: the mean over rounds;
-    step time: over all rounds' steps), the RunResults with their step times merged, and per size the `metric`
-    of each round (None where a window got no sample). A size that runs out of memory gets an oom row; the
-    rounds stop there. `progress` shows a bar over the rounds (gone when they end).
-    """
+    Where the smaller size's step is partly launch-bound, its NVML reading moves with the host's drift over seconds,
+    so one long window per size gives an interval that misses how far the next run lands; rounds spread both sizes
+    over the same moments. Before each window the step runs `preroll_s` unmonitored: NVML's first sample averages
+    a period (up to 1/6 s on a Hopper) that began before the window. Returns rows as `batch_sweep`'s, the RunResults
+    with their step times merged, and per size the `metric` of each round (None without a sample); the rounds stop
+    at a size that runs out of memory."""
     checks.positive_int("rounds", rounds)
     checks.positive_float("window_s", window_s)
     checks.positive_float("preroll_s", preroll_s, allow_zero=True)
