@@ -282,11 +282,8 @@ def grad_accumulation_matches(model_fn: Callable[[], torch.nn.Module], x: torch.
                               ) -> dict[str, Any]:
     """Gradients of one big batch vs `micro_batches` accumulated micro-batches (each loss / k): how close?
 
-    Exact in real arithmetic for a mean loss without batch-coupled layers; BatchNorm (per-batch statistics)
-    and dropout (different random masks) make them differ. `dtype=torch.float64` shows the float32
-    difference is rounding. Returns max_abs_diff, rel_diff (L2 norm of the difference over that of the
-    big-batch gradient) and matches (rel_diff <= rtol).
-    """
+    Exact in real arithmetic for a mean loss without batch-coupled layers (BatchNorm, dropout); `dtype=torch.float64`
+    shows the float32 difference is rounding. Returns max_abs_diff, rel_diff and matches (rel_diff <= rtol)."""
     if not isinstance(micro_batches, int) or micro_batches < 1:
         raise ValueError(f"micro_batches={micro_batches!r} must be a positive integer")
     if len(x) % micro_batches:

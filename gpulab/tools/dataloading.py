@@ -92,13 +92,11 @@ class CUDAPrefetcher:
 
 def launch_headroom(step: Callable[[Any, Any], Any], x: torch.Tensor, y: torch.Tensor, *, steps: int = 4,
                     repeats: int = 5) -> dict[str, float]:
-    """Host seconds to launch one training step beside the seconds the GPU needs to run it (medians of `repeats`
-    bursts of `steps` steps, each burst queued behind an untimed one so the GPU never waits at its start).
+    """Host seconds to launch one training step beside the GPU seconds to run it (medians of `repeats` bursts of
+    `steps` steps, each queued behind an untimed burst so the GPU never waits at its start).
 
-    A loop keeps its GPU busy only while launching a step is quicker than running it. Where the two are close,
-    any extra host work (a prefetcher's stream bookkeeping, a busy neighbour process) leaves the GPU waiting, and
-    a change to the copy measures the host instead. Needs CUDA tensors: on a CPU the "launch" is the work.
-    """
+    A loop keeps its GPU busy only while launching a step is quicker than running it; where the two are close, a
+    change to the copy measures the host instead. Needs CUDA tensors."""
     checks.positive_int("steps", steps)
     checks.positive_int("repeats", repeats)
     if x.device.type != "cuda":
@@ -216,14 +214,10 @@ def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, 
                     seed: int = 0) -> DataLoaderTuning:
     """Time `model_step(x, y)` fed by a DataLoader under each combination of settings; return them all.
 
-    Each setting runs a warm-up epoch of `warmup_batches`, then a timed epoch of `batches`: the timed epoch
-    starts with `iter(loader)`, so it pays the worker start-up that every epoch pays unless the workers are
-    persistent. Batches reach `model_step` already on `device` (copied with non_blocking=True, which is
-    asynchronous only from pinned memory). The clock is read after a synchronize. `cpu_percent` is the whole
-    host's CPU use during the timed epoch (psutil). prefetch_factor and persistent_workers only apply with
-    workers; pin_memory=True only with CUDA. The defaults scale to the dataset: one pass over it (2-20 `batches`),
-    `sweep_workers` workers, the guide's prefetch_factor=2 and persistent workers: 3 settings on a 2-core CPU.
-    """
+    Each setting runs a warm-up epoch of `warmup_batches`, then a timed epoch of `batches` that starts with
+    `iter(loader)`, so it pays the worker start-up every epoch pays unless the workers are persistent. `cpu_percent`
+    is the whole host's CPU use during the timed epoch. The defaults scale to the dataset: one pass over it (2-20
+    `batches`), `sweep_workers` workers, the guide's prefetch_factor=2 and persistent workers."""
     checks.positive_int("batch_size", batch_size)
     checks.positive_int("batches", 1 if batches is None else batches)
     checks.positive_int("warmup_batches", warmup_batches, minimum=0)

@@ -316,12 +316,9 @@ def step_memory(step: Callable[[], Any], *, device: torch.device | str | None = 
 def categorize(names: list[str | None], rows: list[list[int]]) -> tuple[dict[str, list[int]], int]:
     """Bytes per category over time from the profiler's per-category rows (`names[j]` names column j).
 
-    The profiler leaves memory uncategorized (None) where it cannot follow a tensor, which on a transformer
-    (fused attention, compiled code) can be most of what forward saves for backward. Uncategorized memory
-    above its level at the step's start and end was allocated and freed within the step: that is what
-    activations and temporaries are, so it is counted there; the level that stays (inputs, caches) is "other".
-    Returns the series and the peak bytes so moved.
-    """
+    The profiler leaves memory uncategorized where it cannot follow a tensor (fused attention, compiled code), often
+    most of what forward saves for backward. Uncategorized memory above its level at the step's start and end lived
+    within the step: activations and temporaries; the level that stays is "other". Returns the series and the peak."""
     out = {c: [0] * len(rows) for c in MEMORY_CATEGORIES}
     unknown = [0] * len(rows)
     for i, row in enumerate(rows):

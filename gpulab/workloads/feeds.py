@@ -29,13 +29,10 @@ from ..measuring.timing import ROUND, benchmark
 class Feed:
     """An endless stream of batches feeding a training step: `run(n)` trains on the next `n` batches.
 
-    `source` is any endless iterable of (x, y) CPU batches: an `endless_loader`, or `cycle(batches)`.
-    The plain loop copies each batch with `.to(device, non_blocking=...)` right before its step (on the
-    compute stream); with `prefetch=True` a `CUDAPrefetcher` copies batch i+1 on a side stream while batch i
-    computes, and `prefetch` may instead be a prefetcher class of your own, called as `prefetch(batches, device)`
-    and iterated for device batches (off CUDA it is the plain loop either way). The source is started (its workers forked) at the first
-    `run`, so an untimed first call absorbs the start-up. Use as a context manager: closing stops the workers.
-    """
+    `source` is any endless iterable of (x, y) CPU batches. The plain loop copies each batch right before its step;
+    with `prefetch=True` a `CUDAPrefetcher` copies batch i+1 on a side stream while batch i computes (`prefetch` may
+    be a prefetcher class of your own; off CUDA it is the plain loop). The workers start at the first `run`, so an
+    untimed first call absorbs the start-up. Use as a context manager: closing stops the workers."""
 
     def __init__(self, source: Iterable, step: Callable[[Any, Any], Any], device: Any = None, *,
                  prefetch: bool | Callable[[Iterator, Any], Iterable] = False, non_blocking: bool | None = None,
@@ -65,11 +62,8 @@ class Feed:
     def settle(self) -> None:
         """Train on as many batches as the queue holds (untimed), back to back with what follows.
 
-        While a loop is idle its workers fill the queue; a timed window that starts on that backlog counts
-        batches loaded during the idle time and overstates the rate. Consuming `queue_capacity` batches
-        first leaves the queue as the steady state has it (empty when loading is the bottleneck, full when
-        the GPU is). It also starts the workers if they are not running yet.
-        """
+        While a loop is idle its workers fill the queue; a window that starts on that backlog overstates the rate.
+        Consuming `queue_capacity` batches first leaves the queue as the steady state has it."""
         n = self.queue_capacity
         if n or self._it is None:
             self.run(max(n, 1))
@@ -121,14 +115,12 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
                            dtype: str | None = None, min_time_s: float | None = None, device: Any = None,
                            rounds: int | None = None, window_s: float | None = None,
                            progress: bool = True) -> list[tuple[int, RunResult]]:
-    """For each worker count: the training loop fed by an endless loader, timed as a pipeline by
-    `measure_feed` (samples over the windows' wall time; NVML/GPM utilization and host CPU from the monitor).
-    Workers start before timing and stay alive. `rounds` more windows after the monitored one (None: 10 on a CUDA
-    GPU, where the worker claims are judged, 3 elsewhere): with 11 in all, a rate's interval is a 95% confidence
-    interval of the median window rate, not the range of a few windows (with 4, bursty loaders left the worker
-    claims undecided on one GPU and decided on another). `window_s` is each extra window's length (None: 1 s on a
-    CUDA GPU, where a quarter second held only about twenty batches of a loader that delivers them in bursts of
-    one per worker; a quarter of `min_time_s` elsewhere)."""
+    """For each worker count: the training loop fed by an endless loader, timed as a pipeline by `measure_feed`.
+
+    Workers start before timing and stay alive. `rounds` more windows follow the monitored one (None: 10 on a CUDA
+    GPU, 3 elsewhere): with 11 a rate's interval is a 95% confidence interval of the median window rate (with 4,
+    bursty loaders left the worker claims undecided on one GPU and decided on another). `window_s` (None: 1 s on a
+    CUDA GPU, where a quarter second held only about twenty batches; a quarter of `min_time_s` elsewhere)."""
     dev_info = device if hasattr(device, "is_cuda") else get_device()
     rounds = (10 if dev_info.is_cuda else 3) if rounds is None else rounds
     window_s = _feed_window_s(window_s, min_time_s, dev_info)
@@ -281,14 +273,11 @@ def pipeline_mfu(run: RunResult) -> float | None:
 
 
 def paired_ratio(cmp: Comparison, confidence: float = 0.95) -> Estimate:
-    """after's rate over before's for two fed loops timed in paired windows (`compare_feeds`, equal items per call):
-    the pooled ratio of `cmp.estimate()`, with a Student-t `confidence` interval of the pairs' mean log ratio
-    (widened to hold the pooled ratio).
+    """after's rate over before's for two fed loops timed in paired windows (`compare_feeds`): the pooled ratio of
+    `cmp.estimate()`, with a Student-t `confidence` interval of the pairs' mean log ratio (widened to hold it).
 
-    `cmp.estimate()`'s interval is the distribution-free one of the median pair ratio, which needs six pairs to
-    reach 95%: with fewer it is the range of the pairs, which holds the median with probability 1 - 2/2^n (75% for
-    three pairs), so three pairs that happen to agree decide a claim they cannot settle. From a few pairs an honest
-    95% interval is wide (for three pairs the mean log ratio +- 4.30 standard errors); this is that interval."""
+    `cmp.estimate()`'s distribution-free interval needs six pairs to reach 95%: three pairs that happen to agree
+    would decide a claim they cannot settle. From three pairs an honest 95% interval is ±4.30 standard errors."""
     pairs = window_pair_ratios(cmp.before, cmp.after)
     if len(pairs) < 2:
         raise ValueError(f"{cmp.name!r}: a t-interval needs at least two window pairs, got {len(pairs)}")

@@ -35,10 +35,8 @@ from .models import GPT, GPTConfig
 class GPTTrainStep:
     """One GPT training step at any batch size: `step(b)` trains on b random sequences of `seq_len` tokens.
 
-    `step(b, accum=k)` splits the b sequences into k micro-batches of b/k, backpropagates each loss / k
-    (gradients add up to those of the mean loss over all b) and takes one AdamW step. Gradients are
-    released (set to None) at the start and end, so between steps only weights and AdamW state stay.
-    """
+    `step(b, accum=k)` takes one AdamW step over k micro-batches of b/k. Gradients are released at the start and
+    end, so between steps only weights and AdamW state stay."""
 
     def __init__(self, config: GPTConfig, seq_len: int | None = None, device: Any = None, *,
                  amp_dtype: torch.dtype | None = None, lr: float = 3e-4, seed: int = 0):
@@ -95,11 +93,8 @@ def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | 
                              bytes_per_value: int = 4) -> int:
     """A rough estimate of a GPT training step's memory, for a *simulated* device limit on a CPU.
 
-    Weights, gradients and the two AdamW moments: 16 bytes per parameter (FP32). Activations kept for the
-    backward pass: about 16·d values per layer per token (layer-norm, attention and MLP inputs/outputs) plus
-    2·vocab per token (logits and their softmax), `bytes_per_value` each. Real use differs by the kernels
-    and the allocator; on a GPU measure it (torch.cuda.max_memory_allocated) instead.
-    """
+    16 bytes per parameter (FP32 weights, gradients, two AdamW moments), plus activations: about 16·d values per
+    layer per token and 2·vocab per token (logits and softmax). On a GPU measure it instead."""
     checks.positive_int("batch_size", batch_size)
     t = seq_len or config.block_size
     d, L, V = config.n_embd, config.n_layer, config.vocab_size
@@ -325,13 +320,10 @@ def rate_over_windows(run: Any) -> Estimate | None:
 def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: dict[int, float]) -> Estimate | None:
     """The batch size past which a bigger batch buys relatively less throughput than it costs in memory.
 
-    The guide's table (§6.2) marks 32 as the sweet spot: 8 -> 16 -> 32 each raise throughput by more (1.83x,
-    1.73x) than memory (1.5x, 1.56x); 32 -> 64 raises it by less (1.26x for 1.61x the memory). So, over the
-    sizes in order, the sweet spot is the first size whose next step gains a smaller factor of throughput
-    than of memory (the largest size if none does). The interval comes from the throughput intervals: the
-    earliest size whose step *could* gain less, to the first whose step *surely* does. Memory (the
-    allocator's peak) is taken as exact.
-    """
+    The guide's table (§6.2) marks 32: 8 -> 16 -> 32 each raise throughput by more (1.83x, 1.73x) than memory
+    (1.5x, 1.56x); 32 -> 64 by less (1.26x for 1.61x). So the sweet spot is the first size whose next step gains a
+    smaller factor of throughput than of memory (else the largest). The interval runs from the earliest size whose
+    step *could* gain less to the first whose step *surely* does; memory (the allocator's peak) is taken as exact."""
     xs = [b for b in sorted(set(sizes)) if b in throughput and memory.get(b)]
     if not xs:
         return None
@@ -352,12 +344,8 @@ def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: di
 
 
 def run_largest(run: Callable[[int], Any], candidates: Sequence[int], *, device: Any = None) -> tuple[int, Any]:
-    """`run(b)` for the largest batch size in `candidates` that does not run out of memory.
-
-    A batch that fit a search's few steps can still run out of memory in a longer timed run (fragmentation,
-    a second model's buffers): then the next smaller candidate is tried, memory released in between.
-    Returns (the batch size that ran, what `run` returned); raises the last OOM if none ran.
-    """
+    """`run(b)` for the largest batch size in `candidates` that does not run out of memory: a batch that fit a
+    search's few steps can still run out in a longer run; then the next smaller one is tried. Returns (b, result)."""
     sizes = sorted({int(b) for b in candidates}, reverse=True)
     if not sizes or sizes[-1] < 1:
         raise ValueError(f"candidates={list(candidates)!r} must hold positive batch sizes")

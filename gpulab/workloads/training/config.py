@@ -215,14 +215,8 @@ def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, n
                       bf16_weights: bool = True) -> list[tuple[str, TrainConfig]]:
     """The case study's steps, each adding one change to the previous: (label, config) from naive to fast.
 
-    Order: TF32, BF16 autocast, fused AdamW, SDPA attention, a larger batch with gradient accumulation,
-    no per-step .item(), DataLoader workers + pinned memory, the padded vocabulary, cuDNN attention (with
-    `cudnn_attention`, where `cudnn_attention_available` says it runs), the fused lm_head + cross-entropy
-    (with `fused_loss`), BF16 weights and activations with FP32 master weights in place of autocast (with
-    `bf16_weights`), torch.compile.
-    The vocabulary is padded before compiling so the model is compiled once, not twice. Labels do not
-    carry sizes (describe(config) does), so runs of different sizes line up step by step.
-    """
+    The optional steps (cuDNN attention, the fused loss, BF16 weights) come with their flags. The vocabulary is
+    padded before compiling so the model is compiled once. Labels carry no sizes, so runs of different sizes line up."""
     steps = [("naive FP32", naive)]
 
     def add(label: str, **changes: Any) -> None:
