@@ -1,18 +1,11 @@
 """The course runner: every notebook through papermill into a run folder of its own, then one summary built
 only from the result JSON files that this run wrote.
 
-Where results go:
-- `gpulab run` points the notebooks at `<run folder>/results/` (GPULAB_RESULTS), so a run's numbers are its
-  own: a later run, or a notebook run in Jupyter, never overwrites them. A notebook that ran to the end also
-  has its result copied to `data/results/<gpu>/`, the latest result of each notebook whoever ran it (Jupyter
-  writes there directly); `gpulab run --all` summarises that folder.
-- Nothing is written under notebooks/ or data/reference/ (the committed reference runs): an --out there is
-  refused. A lock file in the run folder makes a second run into the same folder stop, naming the first.
-Every mistake in the options (a bad --out, --compare or --timeout, an unknown or ill-typed -p parameter) is
-refused before any notebook runs.
-Faults on the way (Ctrl-C or SIGTERM, a full disk, a notebook cut mid-write) end in one line, never a
-half-written file: see `faults`.
-"""
+`gpulab run` points the notebooks at `<run folder>/results/` (GPULAB_RESULTS), so a later run, or a notebook run
+in Jupyter, never overwrites a run's numbers; a notebook that ran to the end also has its result copied to
+`data/results/<gpu>/`, the latest of each notebook (`gpulab run --all` summarises it). Nothing is written under
+notebooks/ or data/reference/. Every mistake in the options is refused before any notebook runs; faults on the
+way end in one line, never a half-written file (`faults`)."""
 from __future__ import annotations
 
 import contextlib

@@ -102,13 +102,10 @@ def monitor_overhead(device: DeviceInfo, *, phases: int = 8, blocks: int = 8, bl
                      width: int = 2048, batch: int = 2048) -> tuple[Measurement, Measurement]:
     """Per-step time of a small training loop with the monitor off and on, in alternating phases of one run.
 
-    Each "on" phase keeps one Monitor running across all its blocks (seconds), so the monitor's polling
-    thread really competes with the loop; phases go off, on, on, off, ... against drift. The default loop
-    (two 2048-wide layers, batch 2048, FP32) keeps the GPU busy for a few ms per step, like real training;
-    a loop of sub-millisecond steps is bound by the host's launch speed, whose run-to-run noise (several %
-    on a shared host) hides an effect this small. Eight phases (16 s) read the H200's overhead to about ±0.2% against
-    the claim's 1%: twelve (24 s) only narrowed an interval that already decided it.
-    """
+    Each "on" phase keeps one Monitor running across its blocks, so its polling thread really competes with the
+    loop; phases go off, on, on, off against drift. The default loop keeps the GPU busy a few ms per step: a loop
+    of sub-millisecond steps is launch-bound, whose run-to-run noise (several % on a shared host) hides an effect
+    this small. Eight phases (16 s) read the H200's overhead to about ±0.2% against the claim's 1%."""
     step = _small_training_loop(device, width, batch)
     for _ in range(20):
         step()

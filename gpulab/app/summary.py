@@ -34,11 +34,9 @@ def collect(folder: Path | str, expected: Sequence[str] = (),
             exclude: Sequence[str] = ()) -> tuple[dict[str, dict], list[str]]:
     """Load every result JSON in `folder`; return (results by notebook, problems), naming each bad file.
 
-    A result is its file's: `01_measuring.json` is 01's row, whatever a copy beside it says. A file whose
-    `notebook` field disagrees with its name (a backup `01_measuring_old.json`, a file renamed by hand) is
-    skipped with a problem naming both, so it can never stand in for, or replace, another notebook's row.
-    `exclude` names notebooks whose results must not be shown (a notebook that failed in this run).
-    """
+    A result is its file's: a file whose `notebook` field disagrees with its name (a backup `01_measuring_old.json`)
+    is skipped with a problem, so it can never stand in for another notebook's row. `exclude` names notebooks whose
+    results must not be shown (one that failed in this run)."""
     folder = Path(folder)
     found: dict[str, dict] = {}
     problems: list[str] = []
@@ -283,11 +281,9 @@ def _course_counts(claims: list[dict]) -> str:
 def notebook_table(results: dict[str, dict], *, dates: bool = True) -> str:
     """Markdown: one row per notebook, with its date, its wall time, its headline gain and its claims' verdicts.
 
-    The headline gain is the experiment the lesson marks as its headline (`headline_gains`), on equal work, with
-    its 95% interval; a smoke or CPU run shows none. Every claim counts once with its own verdict (claims sharing
-    a measurement each count); the verdict columns count the guide's claims, with those settled by arithmetic, a
-    datasheet or a definition apart from measured ones; the course's own targets have their own column.
-    """
+    The headline gain (`headline_gains`) is on equal work, with its 95% interval. The verdict columns count the
+    guide's claims, settled by arithmetic, a datasheet or a definition apart from measured ones; the course's own
+    targets have their own column."""
     head = ["notebook"] + (["date (UTC)"] if dates else []) + [
         "wall (s)", "experiments", "headline gain [95% interval]", "confirmed", "refuted: higher than claimed",
         "refuted: lower than claimed", "inconclusive", "not comparable", "not tested", "settled without measuring",

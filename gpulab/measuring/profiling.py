@@ -126,10 +126,8 @@ STEP_RANGE = "gpulab_step"  # the record_function range put around each profiled
 def device_activity_kind(event: Any) -> str | None:
     """What a profiler event did on the GPU: "kernel", "memcpy", "memset", or None (not device work).
 
-    A `record_function` range appears twice in a CUDA trace: on the CPU and mirrored on the GPU timeline as a
-    user annotation. The mirror has the CUDA device type but is not a kernel; neither is a CUDA sync event.
-    torch >= 2.13 names the activity type; older versions flag annotations with `is_user_annotation`.
-    """
+    A `record_function` range is mirrored on the GPU timeline as a user annotation with the CUDA device type: not a
+    kernel, nor is a sync event. torch >= 2.13 names the activity type; older ones flag `is_user_annotation`."""
     if getattr(event, "device_type", None) != torch.autograd.DeviceType.CUDA:
         return None
     if getattr(event, "is_user_annotation", False):

@@ -207,9 +207,8 @@ class Lesson:
         """Judge claim `key` on a measurement and record it; `Claim.check` says what `measured` may be (a
         Comparison is judged on its headline ratio) and how `repeats` widen the interval to their spread.
 
-        Not tested instead: when this run lacks what the claim needs (`needs`), or when a smoke run (smoke sizes,
-        or no GPU) meets a timed claim (a speed, ratio, MFU or utilization: `Claim.is_timed`), whose verdict such
-        sizes cannot carry; definitions, arithmetic, datasheet and other measured claims are still judged."""
+        Not tested instead: when this run lacks what the claim needs (`needs`), or when a smoke run meets a timed claim
+        (`Claim.is_timed`), whose verdict such sizes cannot carry."""
         spec = self.spec(key)
         why = self.missing(*spec.needs)
         claim = spec.new(self.name)

@@ -276,10 +276,8 @@ def check_params(values: Mapping[str, Any], schema: str | Mapping[str, Param], *
                  unknown: bool = False) -> dict[str, Any]:
     """Check the parameters found in `values` (a notebook's `globals()` or a dict) against `schema`.
 
-    Raises ValueError naming the parameter, its value and what it accepts. With `unknown=True` a name that
-    the schema does not have is an error too (for `-p NAME VALUE` on the command line, where a typo must not
-    silently run the default). Returns the checked parameters.
-    """
+    Raises ValueError naming the parameter, its value and what it accepts; with `unknown=True` a name the schema
+    lacks is an error too (a `-p` typo must not silently run the default). Returns the checked parameters."""
     spec = schema_for(schema)
     if unknown:
         for name in values:

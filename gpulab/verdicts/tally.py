@@ -102,10 +102,7 @@ def fold_claims(claims: list[Claim] | list[dict[str, Any]]) -> list[tuple[Any, l
 def claims_table_html(claims: list[Claim] | list[dict[str, Any]], title: str = "") -> str:
     """Every claim of a lesson in one table: the claim (with its key), its band, what we measured and the verdict.
 
-    Rows that repeat one measurement fold into one (`fold_claims`): not-comparable claims beside a judged
-    claim's measurement are listed under it; others of one measurement family share a folded row listing each
-    claim with its key, band, our nearest measurement and why it is not comparable.
-    """
+    Rows that repeat one measurement fold into one (`fold_claims`)."""
     e = html.escape
     cs = [c if isinstance(c, Claim) else Claim.from_dict(c) for c in claims]
     rows = []

@@ -42,12 +42,8 @@ def worker_counts(cores: int, extra: Sequence[int] = ()) -> list[int]:
 
 def cnn_train_step(model: nn.Module, device: Any = None, *, lr: float = 0.01,
                    amp_dtype: torch.dtype | None = None) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    """A training step `step(x, y)` for an image classifier already-on-device batches: forward,
-    cross-entropy, backward, SGD with momentum. It never reads a value back (no sync), as a fast loop should.
-
-    On CUDA the model uses channels-last memory (the layout cuDNN's tensor-core convolutions want) and,
-    with `amp_dtype`, autocast.
-    """
+    """A training step `step(x, y)` for an image classifier on already-on-device batches (SGD with momentum) that
+    never reads a value back. On CUDA: channels-last memory (for cuDNN's tensor-core convolutions), `amp_dtype`."""
     dev = as_torch_device(device)
     cuda = dev.type == "cuda"
     model = model.to(dev, memory_format=torch.channels_last) if cuda else model.to(dev)
@@ -82,12 +78,8 @@ def cnn_train_flops_per_sample(model: nn.Module, image_size: int, channels: int 
 def endless_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
                    prefetch_factor: int | None = 2, persistent_workers: bool = False, seed: int = 0,
                    **kwargs: Any) -> DataLoader:
-    """A DataLoader whose single epoch never ends (random samples with replacement, seeded): one iterator
-    can feed any number of timed calls without an epoch boundary (worker restart) in the middle.
-
-    pin_memory=True is dropped without CUDA (it only helps, and only works, with a GPU). prefetch_factor
-    and persistent_workers only apply with workers.
-    """
+    """A DataLoader whose single epoch never ends (random samples with replacement, seeded): one iterator can
+    feed any number of timed calls without an epoch boundary (a worker restart) in the middle."""
     checks.positive_int("batch_size", batch_size)
     checks.positive_int("num_workers", num_workers, minimum=0)
     sampler = RandomSampler(dataset, replacement=True, num_samples=_ENDLESS,

@@ -178,10 +178,8 @@ def measure_matmul(n: int, dtype: str = "bf16", device: DeviceInfo | None = None
                    warmup_s: float = 0.1) -> MatmulPoint:
     """Time one (m×k)@(k×n) matmul in `dtype` (default square n³) and return its MatmulPoint.
 
-    The warm-up is `warmup_s` seconds of matmuls run and thrown away, counted like the timed window (on the
-    device): launches are asynchronous, so a warm-up counted in seconds of launching would queue hundreds of
-    calls of a big matmul (about a thousand 8192³ FP32 matmuls, 20 s, on an H100).
-    """
+    The warm-up is `warmup_s` seconds counted on the device: counted in seconds of launching it would queue about a
+    thousand 8192³ FP32 matmuls (20 s on an H100)."""
     device = device or get_device()
     dtype = check_dtype(dtype)
     why = dtype_support(device, dtype)
@@ -346,11 +344,7 @@ def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3) -> torch.cuda.CUD
 
 class TinyMatmuls:
     """`n_kernels` independent size³ matmuls per call: launched one by one from Python, or replayed from a
-    CUDA graph (`graph=True`, CUDA only) so the GPU runs them back to back with no launch gaps.
-
-    `flops` is the work of one call. The graph holds `graph_nodes` matmuls and is replayed
-    n_kernels / graph_nodes times per call; the operands stay referenced here for the graph's lifetime.
-    """
+    CUDA graph (`graph=True`, CUDA only) of `graph_nodes` matmuls, so the GPU runs them with no launch gaps."""
 
     def __init__(self, n_kernels: int, size: int = 64, dtype: str = "bf16", device: torch.device | str | None = None,
                  *, graph: bool = False, graph_nodes: int = 4096):

@@ -29,13 +29,11 @@ def samples_estimate(trace: Trace | None, metric: str) -> Estimate | None:
 
 
 def gpm_estimate(trace: Trace | None, metric: str, *, steady: bool = False) -> Estimate | None:
-    """The whole-window GPM value of `metric`, its interval the range of the per-interval readings (about 1 s
-    each) inside the window. Without a whole-window value: the samples' estimate; None when not read.
+    """The whole-window GPM value of `metric`, its interval the range of the ~1 s readings inside the window;
+    without a whole-window value the samples' estimate; None when not read.
 
-    `steady` reads the steady state of back-to-back work instead: the first and the last reading are dropped
-    (they hold the start-up and a partial last interval) when at least four were read, and the value is the
-    median of the rest, its interval a 95% confidence interval for that median (their range up to 8 readings).
-    """
+    `steady`: drop the first and the last reading (start-up, a partial interval) when at least four were read, and
+    take the median of the rest with its 95% interval."""
     if trace is None:
         return None
     v = trace.window.get(metric)
@@ -131,13 +129,9 @@ def captured_share(runs: Sequence[BurstRun]) -> Estimate | None:
 
 
 def captured_by_pattern(runs: Sequence[BurstRun]) -> list[Estimate | None]:
-    """Share of each burst pattern's busy time that NVML reported, one Estimate per run (None where a run has no
-    busy period): NVML-weighted time over true busy time pooled over the run's periods, its interval a 95%
-    confidence interval for the median of the per-period ratios (their range up to 8 periods).
-
-    A reading that should equal the busy share on every workload is tested on each pattern: a short-burst
-    pattern and a long-burst one can differ more than the periods of either, so pooling them hides the one
-    that sits further from the claim."""
+    """Share of each burst pattern's busy time that NVML reported, one Estimate per run (None without a busy
+    period), its interval the 95% one for the median of the per-period ratios. A short-burst pattern and a long-burst
+    one can differ more than the periods of either: pooling them hides the one further from the claim."""
     out: list[Estimate | None] = []
     for r in runs:
         periods = [p for p in r.periods if p[3] > 0]

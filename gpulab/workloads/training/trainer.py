@@ -96,10 +96,8 @@ def _param_groups(params: list[torch.Tensor], weight_decay: float) -> list[dict[
 class Trainer:
     """A GPT, its AdamW, its data stream and one `step()` = one optimizer step, as `cfg` says.
 
-    `reset()` puts the same initial weights back, restarts the data stream and forgets the optimizer
-    state without rebuilding (so a compiled model is not compiled again). Use as a context manager, or
-    call `close()` to stop DataLoader workers and free the model.
-    """
+    `reset()` restores the initial weights, data stream and optimizer state without rebuilding (a compiled model is
+    not compiled again). Use as a context manager, or call `close()`."""
 
     def __init__(self, cfg: TrainConfig, tokens: torch.Tensor, device: Any = None):
         if not isinstance(cfg, TrainConfig):
