@@ -188,10 +188,7 @@ def _claim_cells(c: dict) -> tuple[str, str]:
 
 def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None = None) -> str:
     """Markdown tables of every before/after and every claim, with intervals, and the reference beside when given.
-
-    A smoke or CPU run's experiments show no speed verdict. Claims show their origin (the guide's, or the
-    course's own target); not-comparable rows that repeat one measurement fold into one (`claims.fold_claims`).
-    """
+    A smoke or CPU run's experiments show no speed verdict."""
     reference = reference or {}
     ref_col = " | reference ratio" if reference else ""
     lines = ["| notebook | experiment | kind | ratio [95% interval] (items/s or FLOP/s where the work differs) "

@@ -28,10 +28,8 @@ GAIN_COLORS = {"faster": ("#00798c", "faster (interval above 1)"),
 def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 3,
                    title: str = ""):
     """What each lesson's change gained: each notebook's headline gain(s) (`headline_gains`, at most `per_notebook`)
-    on their work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the
-    reference GPU's ratio marked beside and a legend for every colour. Unmarked demonstrations, implausible ratios
-    and smoke or CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
-    control, not a change). Sized for about 900 px."""
+    on a log scale, with the interval as an error bar and the reference GPU's ratio beside. Smoke or CPU runs draw a
+    note instead of bars; the device self-check (00_, a control, not a change) is left out. Sized for about 900 px."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -95,11 +93,8 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
 def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | str | None = None,
                   expected: Sequence[str] = (), exclude: Sequence[str] = (), problems: Sequence[str] = (),
                   heading: str = "") -> tuple[Path, Path]:
-    """Write summary.md and summary.png into `out` from the result JSON files in `results_dir`.
-
-    `problems` (e.g. the notebooks that failed in this run) are listed first under Problems; `exclude`
-    keeps those notebooks' results out of the tables.
-    """
+    """Write summary.md and summary.png into `out` from the result JSON files in `results_dir`; `problems` (the
+    notebooks that failed in this run) are listed first, and `exclude` keeps their results out of the tables."""
     import matplotlib
     import matplotlib.pyplot as plt
 

@@ -246,11 +246,9 @@ def _busy(side: Any) -> float | None:
 
 
 def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str = "mfu", title: str = "") -> None:
-    """One group of bars per experiment (short label -> comparison): before and after of this run, the reference
-    GPU's pair beside in grey (when there is one), each bar with its value at three significant figures. metric:
-    "mfu" (% of the datasheet peak) or "busy" (the trace's GPU busy share of wall time). Nothing is drawn when
-    neither this run nor the reference has a value; a group whose four values are all zero (a copy alone: the
-    trace's busy share counts kernels) is left out, and named under the figure."""
+    """One group of bars per experiment (short label -> comparison): before and after, with the reference GPU's
+    pair beside in grey. metric: "mfu" (% of the datasheet peak) or "busy" (the trace's GPU busy share). A group
+    whose four values are all zero (a copy alone: the busy share counts kernels) is left out, and named below."""
     import textwrap
 
     import matplotlib.pyplot as plt

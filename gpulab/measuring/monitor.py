@@ -66,9 +66,7 @@ class Trace(JsonRecord):
     def estimate(self, metric: str, *, samples_only: bool = False) -> Estimate | None:
         """The window's mean of `metric` with the interquartile range of its samples as the interval.
 
-        A whole-window reading (GPM) or a single sample is exact; `samples_only` ignores the whole-window
-        value and uses the samples alone. None when the metric was not recorded.
-        """
+        A whole-window reading (GPM) or a single sample is exact, unless `samples_only`; None when not recorded."""
         from .measurement import quantiles
 
         vals = self.values(metric)

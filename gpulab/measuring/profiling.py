@@ -280,9 +280,7 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
 def find_syncs(fn: Callable[[], Any]) -> list[str] | None:
     """Run `fn()` once with torch.cuda.set_sync_debug_mode("warn") and return the synchronizing ops it hit.
 
-    Without CUDA this returns None and does not run `fn`: the debug mode exists only for CUDA, so it cannot
-    tell whether `fn` would synchronize on a GPU (an empty list always means "no syncs found").
-    """
+    Without CUDA this returns None and does not run `fn` (an empty list always means "no syncs found")."""
     if not callable(fn):
         raise ValueError(f"fn={fn!r} must be callable (one step of your loop)")
     if not torch.cuda.is_available():

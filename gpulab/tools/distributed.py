@@ -5,15 +5,10 @@
     run.traces           # each rank's monitor Trace (NVML on a GPU)
     run                  # a table: rank, status, seconds, error
 
-Each rank runs `python -m torch.distributed.run --standalone --nproc-per-node N -m gpulab._rank ...`: one process
-per GPU with NCCL, or per CPU process with gloo. The rank calls `fn(ctx, **kwargs)` with a `RankContext`
-(rank, world size, device) after `init_process_group(timeout=...)`, and writes what it returned, or its
-traceback, as JSON into a temporary folder that `launch` reads back. Nothing hangs: the process group has a
-timeout, and so has the launch (the launcher and every rank it started are stopped when it runs out).
-
-NVLink multicast (NVLS, NVLink SHARP) is switched off in every launch (`SAFE_ENV`): on a shared host it can take
-the GPUs out of service.
-"""
+Each rank (`gpulab._rank`) calls `fn(ctx, **kwargs)` with a `RankContext` after `init_process_group`, and writes
+what it returned, or its traceback, as JSON that `launch` reads back. Nothing hangs: the process group and the
+launch both time out. NVLink multicast (NVLS) is off in every launch (`SAFE_ENV`): on a shared host it can take
+the GPUs out of service."""
 from __future__ import annotations
 
 import datetime as _dt

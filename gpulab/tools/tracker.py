@@ -5,17 +5,12 @@
             train_step(batch)
             t.step()
 
-Each `step()` records one CUDA event on the current stream and returns at once. The time between two
-consecutive events is the step's time on the GPU's timeline (idle gaps included, so it is the step's real
-period). Events are read a few steps later, only once `event.query()` says the GPU has passed them, so the
-tracker never makes the CPU wait. `stop()` waits once for the last event. On a CPU the events are host
-clock readings (CPU work is synchronous). The event factory and the clock can be injected (tests).
-
-A tracker must not cost what it measures. On very short steps one event per step (record, query, read) can
-take a visible share of the host's time, so by default (`every=None`) the tracker times its own work and
-records one event every N steps, N chosen so that its cost stays under 0.2% of a step; each record then
-holds the per-step average of an N-step window (`StepRecord.steps` says N). `every=1` forces one per step.
-"""
+Each `step()` records one CUDA event on the current stream and returns at once; the time between two events is
+the step's period on the GPU's timeline, idle gaps included. Events are read only once `event.query()` says the
+GPU has passed them, so the tracker never makes the CPU wait (`stop()` waits once). On a CPU they are host clock
+readings. On very short steps one event per step can take a visible share of the host's time, so by default
+(`every=None`) the tracker times its own work and records one event every N steps, N chosen to keep its cost
+under 0.2% of a step (`StepRecord.steps` says N); `every=1` forces one per step."""
 from __future__ import annotations
 
 import math

@@ -1,13 +1,8 @@
 """Matmuls as workloads, shared by the measuring and tensor-core notebooks (01, 02): one matmul per dtype as a
 callable (FP8 through torch._scaled_mm), many tiny matmuls from a Python loop or a CUDA graph, TFLOP/s sweeps over
-sizes and dtypes, arithmetic intensity, and the layers of the alignment tests (number formats: number_formats.py).
+sizes and dtypes, arithmetic intensity, and the layers of the alignment tests. FLOPs are 2·m·n·k per matmul.
 
-    from gpulab.workloads import matmuls as ml
-    sw = ml.sweep_matmul([256, 1024, 4096], ["fp32", "tf32", "bf16"])   # MatmulSweep, .series("bf16")
-    ml.matmul_intensity(4096, "bf16")                                   # FLOPs per byte of one 4096³ matmul
-
-FLOPs are 2·m·n·k per matmul (a multiply-add is 2 FLOPs), as everywhere in gpulab.
-"""
+    sw = ml.sweep_matmul([256, 1024, 4096], ["fp32", "tf32", "bf16"])   # MatmulSweep, .series("bf16")"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

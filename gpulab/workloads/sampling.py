@@ -1,13 +1,9 @@
 """How NVML and GPM report what ran: a reading with its interval, NVML's sample period, and NVML's utilization
 against bursts of GPU work whose busy time is known from CUDA events (shared by notebooks 01 and 02).
 
-    from gpulab.workloads import sampling
     sampling.samples_estimate(run.trace, "nvml_util")         # mean of NVML's samples, interval their quartiles
-    sampling.gpm_estimate(gl.watch(fn), "gpm_tensor_active")  # whole-window GPM value, interval its 1 s readings
     bursts = sampling.run_bursts(work, per_call_s, burst_ms=2, gap_ms=18)   # NVML beside the known busy share
-    sampling.captured_share([bursts])                         # NVML's reading over the true busy time
-    sampling.captured_by_pattern([bursts])                    # the same, one Estimate per burst pattern
-"""
+    sampling.captured_by_pattern([bursts])                    # NVML's reading over the true busy time, per pattern"""
 from __future__ import annotations
 
 import time
