@@ -13,6 +13,7 @@ readings. On very short steps one event per step can take a visible share of the
 under 0.2% of a step (`StepRecord.steps` says N); `every=1` forces one per step."""
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 import time
@@ -358,16 +359,11 @@ class StepTracker(TrackerOutputs):
         return {"summary": self.summary(), "records": [asdict(r) for r in self.records]}
 
 
-def track(*, flops_per_step: float | None = None, items_per_step: float | None = None, item_name: str = "samples",
-          dtype: str | None = None, peak_tflops: float | None = None, peak_name: str = "", log_every: int = 0,
-          csv_path: str | Path | None = None, tensorboard: Any = None, peaks: Any = None,
-          plot: bool | Callable[[Any], Any] = False, plot_every_s: float = 1.0, monitor: Any = None,
-          every: int | None = None, device: Any = None, event_factory: Callable[[], Any] | None = None,
-          clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print) -> StepTracker:
+def track(**kwargs: Any) -> StepTracker:
     """A `StepTracker` for your loop (its arguments are StepTracker's); use it as a context manager and call `.step()`.
 
     `gl.track(plot=True)` draws gpulab's live figure in Jupyter (the display layer loads only then)."""
-    return StepTracker(flops_per_step=flops_per_step, items_per_step=items_per_step, item_name=item_name, dtype=dtype,
-                       peak_tflops=peak_tflops, peak_name=peak_name, log_every=log_every, csv_path=csv_path,
-                       tensorboard=tensorboard, peaks=peaks, plot=plot, plot_every_s=plot_every_s, monitor=monitor,
-                       every=every, device=device, event_factory=event_factory, clock=clock, printer=printer)
+    return StepTracker(**kwargs)
+
+
+track.__signature__ = inspect.signature(StepTracker).replace(return_annotation="StepTracker")  # what help() shows
