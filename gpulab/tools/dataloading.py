@@ -1,11 +1,6 @@
-"""Feeding the GPU: a CUDA-stream prefetcher, a DataLoader settings sweep that measures, not guesses, a check
-that the host launches steps faster than the GPU runs them, an endless loader and a CNN step to feed.
-
-    step = cnn_train_step(SmallCNN(width=64), device, amp_dtype=torch.bfloat16)
-    loader = endless_loader(ds, batch_size=64, num_workers=8, pin_memory=True)   # one epoch that never ends
-
-`epoch_start_times` times the epoch start with and without persistent workers; `gpulab.workloads.feeds` times a loop fed by
-such a loader as a pipeline."""
+"""Feeding the GPU: a CUDA-stream prefetcher, a DataLoader settings sweep that measures, not guesses, and a
+check that the host launches steps faster than the GPU runs them. The loaders and steps they feed are in
+`gpulab.workloads.image_feeds`; `gpulab.workloads.feeds` times a fed loop as a pipeline."""
 from __future__ import annotations
 
 import gc

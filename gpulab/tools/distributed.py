@@ -293,17 +293,11 @@ def launch(target: str, *, nproc: int | None = None, backend: str = "auto", kwar
            env: dict[str, str] | None = None) -> DistributedRun:
     """Run `target(ctx, **kwargs)` on `nproc` ranks under torchrun and collect every rank's outcome.
 
-    Args:
-        target: "gpulab.module:function"; the function takes a RankContext and keyword arguments and returns
-            something JSON can hold.
-        nproc: ranks (processes); None: every visible GPU with NCCL, or 2 gloo processes.
-        backend: "nccl" (one GPU per rank), "gloo" (CPU processes) or "auto" (NCCL when two or more GPUs).
-        timeout_s: the whole launch's limit; then torchrun and every rank are stopped.
-        pg_timeout_s: the process group's timeout (a collective waiting longer fails instead of hanging).
-        monitor: record each rank's device with gpulab.Monitor while its function runs.
-        check: raise DistributedError when a rank failed (else return the run with its failures).
-        env: base environment (default: this process's); SAFE_ENV is always added on top.
-    """
+    `target` is "gpulab.module:function", taking a RankContext and keyword arguments and returning something JSON
+    can hold. `nproc` None: every visible GPU with NCCL, or 2 gloo processes; `backend` "auto": NCCL with two or more
+    GPUs. `timeout_s` bounds the whole launch (then torchrun and every rank are stopped), `pg_timeout_s` each
+    collective. `monitor` records each rank's device; `check` raises DistributedError when a rank failed. SAFE_ENV
+    is always added on top of `env`."""
     backend, nproc = choose_backend(backend, nproc)
     if not timeout_s > 0 or not pg_timeout_s > 0:
         raise ValueError(f"timeout_s={timeout_s!r} and pg_timeout_s={pg_timeout_s!r} must be > 0")

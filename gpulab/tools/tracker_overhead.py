@@ -1,11 +1,5 @@
-"""What a step tracker costs: a training loop timed with and without it, interleaved, in one run.
-
-`tracker_overhead(step, ...)` times gpulab's `track` in ABBA blocks without syncs (CUDA events around each block
-on a GPU) and the guide's §8.4 `GuideTracker`, which synchronizes twice per step, in synced rounds beside rounds
-without a tracker; `paired_overhead` turns paired timings into a percentage with its 95% interval. Both
-trackers' own host time (inside `step()`, or inside the guide's `start_step()` and `end_step()` with their
-syncs) is timed call by call: on a loop the host paces, that time is the tracker's cost.
-"""
+"""What a step tracker costs: a training loop timed with and without it, interleaved, in one run
+(`tracker_overhead`), gpulab's `track` beside the guide's §8.4 `GuideTracker`."""
 from __future__ import annotations
 
 import dataclasses
