@@ -166,10 +166,8 @@ def timer_agreement(device: DeviceInfo, *, small: bool = False, min_time_s: floa
 
 
 def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False) -> NotebookResult:
-    """Run the self-check and return (and by default save) its result as 00_device.json.
-
-    `progress` shows a bar over its five stages (the full sizes take minutes on a CPU).
-    """
+    """Run the self-check and return (and by default save) its result as 00_device.json; `progress` shows a bar
+    over its five stages (the full sizes take minutes on a CPU)."""
     from tqdm.auto import tqdm
 
     device = get_device()
