@@ -18,29 +18,27 @@ from . import _moved  # noqa: F401 (gpulab.batchsize, .dataloading, .tracker: th
 # Every public name and the module it lives in. They load on first use (PEP 562), so that `import gpulab`, and
 # `python -m gpulab --help`, do not wait for torch; `from gpulab import X` and `gl.X` work as with plain imports.
 _WHERE = {
-    "flops": "measuring.flops", "count_flops": "measuring.flops", "mfu": "measuring.flops",
-    "BatchSizeSearch": "tools.batchsize", "find_max_batch_size": "tools.batchsize",
-    "Claim": "verdicts.claims", "Estimate": "measuring.estimates", "claims_table_html": "verdicts.tally",
-    "interval_of": "measuring.estimates",
-    "CUDAPrefetcher": "tools.dataloading", "DataLoaderTuning": "tools.dataloading", "tune_dataloader": "tools.dataloading",
-    "Diagnosis": "tools.diagnosis", "Finding": "tools.diagnosis", "diagnose": "tools.diagnosis",
-    "DeviceInfo": "measuring.device", "float32_matmul_precision": "measuring.device", "get_device": "measuring.device",
-    "lookup_peaks": "measuring.device",
-    "Comparison": "verdicts.experiment", "RunResult": "verdicts.run_result", "before_after": "verdicts.experiment",
-    "measure": "verdicts.experiment",
-    "ClaimSpec": "verdicts.lesson", "Lesson": "verdicts.lesson", "lesson": "verdicts.lesson",
-    "Monitor": "measuring.monitor", "Trace": "measuring.monitor", "watch": "measuring.monitor",
-    "MeasuredPeaks": "measuring.peaks", "measure_peaks": "measuring.peaks",
-    "ProfileSummary": "measuring.profiling", "find_syncs": "measuring.profiling", "nvtx_range": "measuring.profiling",
-    "profile": "measuring.profiling",
-    "NotebookResult": "verdicts.results", "load_reference": "verdicts.results", "load_result": "verdicts.results",
-    "reference_view": "verdicts.results",
+    "DeviceInfo": "measuring.device", "MeasuredPeaks": "measuring.peaks", "get_device": "measuring.device",
+    "lookup_peaks": "measuring.device", "measure_peaks": "measuring.peaks",
+    "float32_matmul_precision": "measuring.device",
     "Measurement": "measuring.measurement", "Speedup": "measuring.measurement", "benchmark": "measuring.timing",
     "speedup": "measuring.measurement",
-    "StepTracker": "tools.tracker", "read_csv": "tools.tracker_outputs", "track": "tools.tracker",
-    "StepMemoryProfile": "tools.traces", "TimeBreakdown": "tools.traces", "step_memory": "tools.traces",
-    "time_breakdown": "tools.traces",
-    "check_params": "verdicts.params", "fold": "verdicts.folding",
+    "lesson": "verdicts.lesson", "Lesson": "verdicts.lesson", "ClaimSpec": "verdicts.lesson",
+    "flops": "measuring.flops", "count_flops": "measuring.flops", "mfu": "measuring.flops",
+    "Monitor": "measuring.monitor", "Trace": "measuring.monitor", "watch": "measuring.monitor",
+    "profile": "measuring.profiling", "ProfileSummary": "measuring.profiling", "find_syncs": "measuring.profiling",
+    "nvtx_range": "measuring.profiling", "time_breakdown": "tools.traces", "TimeBreakdown": "tools.traces",
+    "step_memory": "tools.traces", "StepMemoryProfile": "tools.traces",
+    "track": "tools.tracker", "StepTracker": "tools.tracker", "read_csv": "tools.tracker_outputs",
+    "find_max_batch_size": "tools.batchsize", "BatchSizeSearch": "tools.batchsize",
+    "tune_dataloader": "tools.dataloading", "DataLoaderTuning": "tools.dataloading",
+    "CUDAPrefetcher": "tools.dataloading",
+    "Claim": "verdicts.claims", "Estimate": "measuring.estimates", "interval_of": "measuring.estimates",
+    "claims_table_html": "verdicts.tally", "Comparison": "verdicts.experiment", "RunResult": "verdicts.run_result",
+    "before_after": "verdicts.experiment", "measure": "verdicts.experiment",
+    "diagnose": "tools.diagnosis", "Diagnosis": "tools.diagnosis", "Finding": "tools.diagnosis",
+    "NotebookResult": "verdicts.results", "load_result": "verdicts.results", "load_reference": "verdicts.results",
+    "reference_view": "verdicts.results", "check_params": "verdicts.params", "fold": "verdicts.folding",
     "plots": "display.plots", "widgets": "display.widgets",
 }
 _MODULES = ("flops", "plots", "widgets")  # the public names that are modules
@@ -70,21 +68,7 @@ if TYPE_CHECKING:  # what an editor and a type checker see
     from .tools.tracker_outputs import read_csv
     from .tools.traces import StepMemoryProfile, TimeBreakdown, step_memory, time_breakdown
 
-__all__ = [
-    "DeviceInfo", "MeasuredPeaks", "get_device", "lookup_peaks", "measure_peaks", "float32_matmul_precision",
-    "Measurement", "Speedup", "benchmark", "speedup",
-    "lesson", "Lesson", "ClaimSpec",
-    "flops", "count_flops", "mfu",
-    "Monitor", "Trace", "watch",
-    "profile", "ProfileSummary", "find_syncs", "nvtx_range", "time_breakdown", "TimeBreakdown", "step_memory",
-    "StepMemoryProfile",
-    "track", "StepTracker", "read_csv",
-    "find_max_batch_size", "BatchSizeSearch", "tune_dataloader", "DataLoaderTuning", "CUDAPrefetcher",
-    "Claim", "Estimate", "interval_of", "claims_table_html", "Comparison", "RunResult", "before_after", "measure",
-    "diagnose", "Diagnosis", "Finding",
-    "NotebookResult", "load_result", "load_reference", "reference_view", "check_params", "fold",
-    "plots", "widgets",
-]
+__all__ = list(_WHERE)
 __version__ = "0.1.0"
 
 

@@ -248,7 +248,9 @@ def _signature(obj: object) -> str:
 
 def _members(cls: type) -> list[tuple[str, object]]:
     out = []
-    for name, attr in vars(cls).items():
+    inherited = {k: v for base in cls.__mro__[1:] if base.__module__.startswith("gpulab.")
+                 for k, v in vars(base).items()}
+    for name, attr in (vars(cls) | {k: v for k, v in inherited.items() if k not in vars(cls)}).items():
         if name.startswith("_"):
             continue
         if isinstance(attr, property):

@@ -154,7 +154,7 @@ def test_batch_sweep_rows_and_oom_rows():
     assert rows[2]["oom"] and "out of memory" in rows[2]["error"] and rows[2]["samples_per_s"] is None
     assert rows[0]["tokens_per_s"] == pytest.approx(rows[0]["samples_per_s"] * 8)
     assert rows[0]["peak_mem_gb"] is None  # no allocator to ask on a CPU
-    assert bs.column(rows, "samples_per_s")[2] is None and bs.row_for(rows, "batch_size", 2) is rows[1]
+    assert bs.column(rows, "samples_per_s")[2] is None
     real = bs.GPTTrainStep(GPTConfig.smoke(), seq_len=8)
     rows, _ = bs.batch_sweep(real, [1, 2], min_time_s=0.01, progress=False)
     assert all(r["samples_per_s"] > 0 and not r["oom"] for r in rows)

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from gpulab.app import pages
+import _pages as pages
 
 
 def _pdf(page_images: list[list[int]]) -> bytes:
@@ -54,4 +54,4 @@ def test_a_page_prints_on_a4_with_its_figure_where_it_stands():
     filler = "".join(f"<p>paragraph {i} of a long page</p>" for i in range(120))
     count = pages.page_count(f"<html><head></head><body>{filler}{img}</body></html>")
     assert count.pages >= 3 and count.first_figure == count.pages  # the figure comes last
-    assert pages.count_pages("<html><body><p>one line</p></body></html>") == 1
+    assert pages.page_count("<html><body><p>one line</p></body></html>").pages == 1

@@ -4,7 +4,7 @@ import torch
 
 from gpulab.measuring.device import get_device
 from gpulab.verdicts.results import load_result
-from gpulab.app.selfcheck import host_launch_us, monitor_overhead, run_check
+from gpulab.app.selfcheck import monitor_overhead, run_check
 
 
 def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
@@ -37,16 +37,6 @@ def test_smoke_check_records_every_claim_and_saves(tmp_path, monkeypatch):
         assert t["gpulab_mode"].startswith(("latency:", "throughput:"))  # the mode benchmark chose, recorded
     # Which mode: "auto" decides from a timing, so a loaded host may time the tiny add per call; the rule itself is
     # tested on a fake clock (test_timing.py: a fast call is timed as throughput, a slow one per call).
-
-
-def test_host_launch_time_is_per_op_and_rejects_bad_counts(monkeypatch):
-    from test_host import rounds_last
-
-    rounds_last(monkeypatch, 0.5)  # a fake clock: every round of launches lasts 0.5 s, however loaded the host
-    m = host_launch_us(get_device(), launches=50, rounds=2)
-    assert m.n == 2 and m.median == pytest.approx(0.01)  # seconds per op (0.5 s / 50): not the round, not µs
-    with pytest.raises(ValueError, match="launches=0"):
-        host_launch_us(get_device(), launches=0)
 
 
 def test_monitor_overhead_alternates_phases():

@@ -121,24 +121,10 @@ def test_train_steps_result_and_reuse(tokens):
         T.train_steps(cfg, 2)
 
 
-def test_precision_modes():
-    base = tiny(attn="sdpa")
-    assert T.precision_config("fp32", base).matmul_dtype == "fp32"
-    assert T.precision_config("tf32", base).tf32
-    fp16 = T.precision_config("fp16", base)
-    assert fp16.autocast == "fp16" and fp16.grad_scaler
-    assert not T.precision_config("fp16_noscale", base).grad_scaler
-    assert T.precision_config("bf16", base).autocast == "bf16"
-    assert T.precision_config("bf16_weights", base).param_dtype == "bf16"
-    assert T.precision_config("bf16_master", base).master_weights
-    assert T.precision_config("bf16", T.precision_config("fp16", base)).grad_scaler is False
-    with pytest.raises(ValueError, match="mode"):
-        T.precision_config("fp8", base)
-
-
-@pytest.mark.parametrize("mode", ["fp16", "bf16", "bf16_weights", "bf16_master"])
+@pytest.mark.parametrize("mode", [dict(autocast="fp16", grad_scaler=True), dict(autocast="bf16"),
+                                  dict(param_dtype="bf16"), dict(param_dtype="bf16", master_weights=True)])
 def test_precision_modes_train_on_cpu(tokens, mode):
-    r = T.train_steps(T.precision_config(mode, tiny(attn="sdpa", batch_size=1, seq_len=16)), 3, tokens=tokens)
+    r = T.train_steps(tiny(attn="sdpa", batch_size=1, seq_len=16, **mode), 3, tokens=tokens)
     assert all(math.isfinite(v) for v in r.losses)
 
 
@@ -218,15 +204,6 @@ def test_cudnn_attention_step_comes_before_compile_and_is_probed():
     last = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0,
                                compile_mode="max-autotune-no-cudagraphs")[-1][1]
     assert last.compile and last.compile_mode == "max-autotune-no-cudagraphs"
-
-
-def test_matched_reference_sees_the_final_configs_data_per_step():
-    naive = tiny(batch_size=3)
-    final = T.waterfall_configs(naive, batch_size=4, grad_accum=2, num_workers=0)[-1][1]
-    ref = T.matched_reference(naive, final)
-    assert ref.tokens_per_step == final.tokens_per_step
-    assert ref.batch_size == 1 and ref.grad_accum == 8  # gcd(3, 8) = 1
-    assert (ref.autocast, ref.attn, ref.compile, ref.pad_vocab, ref.fused_adamw) == (None, "manual", False, False, False)
 
 
 def test_halve_batch():

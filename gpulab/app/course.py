@@ -1,18 +1,11 @@
 """The course runner: every notebook through papermill into a run folder of its own, then one summary built
 only from the result JSON files that this run wrote.
 
-Where results go:
-- `gpulab run` points the notebooks at `<run folder>/results/` (GPULAB_RESULTS), so a run's numbers are its
-  own: a later run, or a notebook run in Jupyter, never overwrites them. A notebook that ran to the end also
-  has its result copied to `data/results/<gpu>/`, the latest result of each notebook whoever ran it (Jupyter
-  writes there directly); `gpulab run --all` summarises that folder.
-- Nothing is written under notebooks/ or data/reference/ (the committed reference runs): an --out there is
-  refused. A lock file in the run folder makes a second run into the same folder stop, naming the first.
-Every mistake in the options (a bad --out, --compare or --timeout, an unknown or ill-typed -p parameter) is
-refused before any notebook runs.
-Faults on the way (Ctrl-C or SIGTERM, a full disk, a notebook cut mid-write) end in one line, never a
-half-written file: see `faults`.
-"""
+`gpulab run` points the notebooks at `<run folder>/results/` (GPULAB_RESULTS), so a later run, or a notebook run
+in Jupyter, never overwrites a run's numbers; a notebook that ran to the end also has its result copied to
+`data/results/<gpu>/`, the latest of each notebook (`gpulab run --all` summarises it). Nothing is written under
+notebooks/ or data/reference/. Every mistake in the options is refused before any notebook runs; faults on the
+way end in one line, never a half-written file (`faults`)."""
 from __future__ import annotations
 
 import contextlib
@@ -141,11 +134,8 @@ def parameter_names(nb: Path) -> set[str]:
 
 
 def notebook_parameters(chosen: Sequence[Path], user: Mapping[str, Any], smoke: bool) -> dict[str, dict[str, Any]]:
-    """The parameters to pass each chosen notebook, checked against its schema.
-
-    A name is an error when no chosen notebook takes it (papermill would only log it and run the defaults);
-    a notebook gets only the names it takes.
-    """
+    """The parameters to pass each chosen notebook (only the names it takes), checked against its schema; a name
+    no chosen notebook takes is an error (papermill would only log it and run the defaults)."""
     import difflib
 
     names = {nb.stem: parameter_names(nb) for nb in chosen}
@@ -229,17 +219,11 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
                show_all: bool = False, as_reference: bool = False) -> CourseRun:
     """Run the chosen notebooks headless (one failure does not stop the rest), then write the summary.
 
-    Args:
-        out: the run folder (default: a new runs/<date-time>); executed notebooks, results/ and the summary.
-        compare: a reference run's folder to show beside this run.
-        results: where the notebooks write their result JSON (default: <out>/results).
-        timeout_s: seconds allowed per cell (None: no limit).
-        parameters: notebook parameters by name (each checked against the notebooks' schemas).
-        html: also write each executed notebook as HTML beside it.
-        show_all: summarise the latest result of every notebook (data/results/<gpu>/), not only this run's.
-        as_reference: this run becomes the reference GPU's reference (full sizes, on that GPU only): its pages
-            show no older reference beside them.
-    """
+    `out`: the run folder (default: a new runs/<date-time>); `compare`: a reference run to show beside it;
+    `results`: where the notebooks write their JSON (default: <out>/results); `timeout_s`: seconds per cell;
+    `parameters`: checked against the notebooks' schemas; `html`: also export each notebook; `show_all`: summarise
+    data/results/<gpu>/, not only this run; `as_reference`: the reference GPU's own run (its pages show no older
+    reference beside them)."""
     from ..measuring.device import get_device
     from ..verdicts.results import AS_REFERENCE_ENV, REFERENCE_SLUG
 

@@ -32,17 +32,11 @@ def system_folder(out: Path) -> str | None:
     if str(resolved) in SYSTEM_DIRS:
         return str(resolved)
     for pseudo in ("/proc", "/sys"):
-        if _inside(resolved, Path(pseudo)):
+        if resolved.is_relative_to(pseudo):
             return f"inside {pseudo}"
     return None
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.relative_to(folder)
-        return True
-    except ValueError:
-        return False
 
 
 def keep_if_whole(writing: Path, dest: Path) -> None:

@@ -2,14 +2,9 @@
 repository or a run folder without running anything.
 
 Matplotlib's PNGs are flat colours on white: a 32-colour palette PNG keeps them sharp at a fraction of the size.
-nbconvert does the rendering (it comes with JupyterLab); of the JupyterLab stylesheet it embeds, a page keeps only
-the rules and variables its own elements use (`prune_css`).
-
-A page is written without noise (`clean_notebook`): papermill's injected parameters cell is dropped; widgets,
-which have no kernel to draw them, are dropped (a progress bar would show frozen at 0%, a control does nothing),
-and text bars keep their final state; stderr (warnings) is left out; absolute paths become relative; a section
-left with nothing to show goes. A "key results" box built from the notebook's result JSON opens the page: its
-headline measurements, then the claims' verdicts in one line. `noise` finds what is left of those problems.
+Of the JupyterLab stylesheet nbconvert embeds, a page keeps only the rules its own elements use (`prune_css`).
+Widgets have no kernel to draw them on a page (a progress bar would show frozen at 0%): `clean_notebook` drops
+them with the rest of the noise, and `noise` finds what is left of it.
 """
 from __future__ import annotations
 

@@ -81,10 +81,9 @@ def wrap_label(text: str, width: int = 18) -> str:
 
 
 def headline_figure(experiments: list[dict[str, Any]], gains: list[Any]):
-    """A small figure (a matplotlib Figure) of the headline experiments, one row each: what moved (throughput or
-    time per call) and the MFU where both sides have one, before vs after, titled with the ratio and its interval.
-    None when no experiment has numbers on both sides. Each row is a subfigure under its own title, laid out by
-    matplotlib's constrained layout: titles, wrapped labels and values never overlap or leave the figure."""
+    """A small figure of the headline experiments, one row each: what moved (throughput or time per call) and the
+    MFU where both sides have one, before vs after, titled with the ratio and its interval; None when no experiment
+    has numbers on both sides."""
     import textwrap
 
     rows = []

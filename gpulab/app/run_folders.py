@@ -23,11 +23,7 @@ RUN_FILES = ("runs.json", "summary.md", "summary.png")
 
 
 def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def check_out_dir(out: Path | str, name: str = "--out") -> Path:

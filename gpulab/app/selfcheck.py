@@ -1,14 +1,9 @@
 """`python -m gpulab check`: does measuring work on this machine? Peaks, monitor readings and monitor overhead.
 
-It measures four things and checks them as claims (and times the host's eager op dispatch, which it reports
-without a claim: launch-bound loops and data loading run at the host's speed, not the GPU's):
-1. sustained BF16 matmul TFLOP/s and device copy bandwidth, against floors that hold on any healthy GPU:
-   fractions of this device's own datasheet dense peak and memory bandwidth (not tested without an entry),
-2. the monitor around about 2 s of large BF16 matmuls (NVML busy and GPM tensor activity should be high),
-3. the monitor around 1 s of idle, 1.5 s after the busy window (both should be near zero),
-4. how much the monitor slows a small training loop, with it on and off in alternating blocks of one run.
-It also times three calls with gpulab and with torch.utils.benchmark's blocked_autorange (a tiny launch-bound
-kernel, a large matmul, an elementwise kernel) and records the three ratios as `timer_agreement`.
+Its claims: sustained BF16 matmul TFLOP/s and copy bandwidth against floors that hold on any healthy GPU
+(fractions of this device's datasheet values), the monitor high over large matmuls and near zero at idle, and the
+monitor's cost to a small training loop. It also times three calls with gpulab and with torch.utils.benchmark's
+blocked_autorange (`timer_agreement`).
 """
 from __future__ import annotations
 
@@ -23,7 +18,7 @@ from ..measuring.peaks import measure_peaks
 from ..verdicts.claims import Claim
 from ..verdicts.experiment import Comparison
 from ..verdicts.run_result import RunResult
-from ..measuring.host import host_speed, launch_times_us
+from ..measuring.host import host_speed
 from ..measuring.monitor import Monitor, Trace, watch
 from ..verdicts.results import NotebookResult
 from ..measuring.timing import benchmark
@@ -107,13 +102,10 @@ def monitor_overhead(device: DeviceInfo, *, phases: int = 8, blocks: int = 8, bl
                      width: int = 2048, batch: int = 2048) -> tuple[Measurement, Measurement]:
     """Per-step time of a small training loop with the monitor off and on, in alternating phases of one run.
 
-    Each "on" phase keeps one Monitor running across all its blocks (seconds), so the monitor's polling
-    thread really competes with the loop; phases go off, on, on, off, ... against drift. The default loop
-    (two 2048-wide layers, batch 2048, FP32) keeps the GPU busy for a few ms per step, like real training;
-    a loop of sub-millisecond steps is bound by the host's launch speed, whose run-to-run noise (several %
-    on a shared host) hides an effect this small. Eight phases (16 s) read the H200's overhead to about ±0.2% against
-    the claim's 1%: twelve (24 s) only narrowed an interval that already decided it.
-    """
+    Each "on" phase keeps one Monitor running across its blocks, so its polling thread really competes with the
+    loop; phases go off, on, on, off against drift. The default loop keeps the GPU busy a few ms per step: a loop
+    of sub-millisecond steps is launch-bound, whose run-to-run noise (several % on a shared host) hides an effect
+    this small. Eight phases (16 s) read the H200's overhead to about ±0.2% against the claim's 1%."""
     step = _small_training_loop(device, width, batch)
     for _ in range(20):
         step()
@@ -141,16 +133,6 @@ def monitor_overhead(device: DeviceInfo, *, phases: int = 8, blocks: int = 8, bl
         else:
             run_blocks(times[False])
     return Measurement("monitor off", times[False]), Measurement("monitor on", times[True])
-
-
-def host_launch_us(device: DeviceInfo, *, launches: int = 2000, rounds: int = 5) -> Measurement:
-    """Host time per eager op on a one-element tensor (a kernel launch on a GPU), in rounds of `launches` ops.
-
-    A tiny op's kernel finishes faster than the host can launch the next one, so the time per op is the
-    host's dispatch and launch cost: what bounds a loop of small kernels.
-    """
-    return Measurement("eager op on a one-element tensor",
-                       [t / 1e6 for t in launch_times_us(device, launches=launches, rounds=rounds)])
 
 
 def timer_workloads(device: DeviceInfo, *, small: bool) -> dict[str, tuple[str, Any]]:
@@ -184,10 +166,8 @@ def timer_agreement(device: DeviceInfo, *, small: bool = False, min_time_s: floa
 
 
 def run_check(*, smoke: bool = False, save: bool = True, progress: bool = False) -> NotebookResult:
-    """Run the self-check and return (and by default save) its result as 00_device.json.
-
-    `progress` shows a bar over its five stages (the full sizes take minutes on a CPU).
-    """
+    """Run the self-check and return (and by default save) its result as 00_device.json; `progress` shows a bar
+    over its five stages (the full sizes take minutes on a CPU)."""
     from tqdm.auto import tqdm
 
     device = get_device()

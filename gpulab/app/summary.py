@@ -1,16 +1,10 @@
 """The summary of a course run, built only from result JSON files: tables, a figure, the README's section.
 
-Verdicts are counted by kind (a refutation "higher than claimed" apart from one "lower than claimed"), one
-count per claim (claims that share a measurement each count with their own verdict), the guide's claims apart
-from the course's own targets (`claims.claim_origin`). The "headline gain" and the figure show, per notebook,
-the experiment(s) its lesson marks as the headline (`res.add(cmp, headline=True)`), on the work-normalised ratio
-(items/s after over before when the items per call differ, else the time ratio) with its interval; a result
-that marks none (one written before headlines were marked) falls back to its largest optimisation (a
-demonstration's contrast, such as tiny kernels vs one big matmul, is not a gain to adopt). Never from a smoke or
-CPU run, and never from an implausible ratio (a scaling efficiency over 100%, CPU processes standing in for
-GPUs), which is flagged instead. Claims of two runs match on their key. Files written before those fields
-existed still summarise: a missing kind is an optimisation, a missing side or evidence counts as measured, a
-missing origin comes from the source, a claim without a key matches on its text.
+A headline gain (`headline_gains`) never comes from a smoke or CPU run, nor from an implausible ratio (a scaling
+efficiency over 100%, CPU processes standing in for GPUs), which is flagged instead; a demonstration's contrast
+(tiny kernels vs one big matmul) is not a gain to adopt. Files written before a field existed still summarise:
+a missing kind is an optimisation, a missing side or evidence counts as measured, a missing origin comes from
+the source, a claim without a key matches on its text.
 """
 from __future__ import annotations
 
@@ -40,11 +34,9 @@ def collect(folder: Path | str, expected: Sequence[str] = (),
             exclude: Sequence[str] = ()) -> tuple[dict[str, dict], list[str]]:
     """Load every result JSON in `folder`; return (results by notebook, problems), naming each bad file.
 
-    A result is its file's: `01_measuring.json` is 01's row, whatever a copy beside it says. A file whose
-    `notebook` field disagrees with its name (a backup `01_measuring_old.json`, a file renamed by hand) is
-    skipped with a problem naming both, so it can never stand in for, or replace, another notebook's row.
-    `exclude` names notebooks whose results must not be shown (a notebook that failed in this run).
-    """
+    A result is its file's: a file whose `notebook` field disagrees with its name (a backup `01_measuring_old.json`)
+    is skipped with a problem, so it can never stand in for another notebook's row. `exclude` names notebooks whose
+    results must not be shown (one that failed in this run)."""
     folder = Path(folder)
     found: dict[str, dict] = {}
     problems: list[str] = []
@@ -196,10 +188,7 @@ def _claim_cells(c: dict) -> tuple[str, str]:
 
 def summary_tables(results: dict[str, dict], reference: dict[str, dict] | None = None) -> str:
     """Markdown tables of every before/after and every claim, with intervals, and the reference beside when given.
-
-    A smoke or CPU run's experiments show no speed verdict. Claims show their origin (the guide's, or the
-    course's own target); not-comparable rows that repeat one measurement fold into one (`claims.fold_claims`).
-    """
+    A smoke or CPU run's experiments show no speed verdict."""
     reference = reference or {}
     ref_col = " | reference ratio" if reference else ""
     lines = ["| notebook | experiment | kind | ratio [95% interval] (items/s or FLOP/s where the work differs) "
@@ -277,13 +266,6 @@ def agreement_section(results: dict[str, dict], reference: dict[str, dict]) -> s
     return "\n".join(lines)
 
 
-def largest_gain(data: dict) -> dict | None:
-    """The notebook's first headline gain (`headline_gains`: the experiment its lesson marks, else its largest
-    optimisation); None from a smoke or CPU run."""
-    g = headline_gains(data)
-    return g[0][0] if g else None
-
-
 def _course_counts(claims: list[dict]) -> str:
     """The course's own targets' verdicts in a few words ("2 confirmed, 1 refuted"), or "—"."""
     n = count_verdicts(claims, origin="course")
@@ -296,11 +278,9 @@ def _course_counts(claims: list[dict]) -> str:
 def notebook_table(results: dict[str, dict], *, dates: bool = True) -> str:
     """Markdown: one row per notebook, with its date, its wall time, its headline gain and its claims' verdicts.
 
-    The headline gain is the experiment the lesson marks as its headline (`headline_gains`), on equal work, with
-    its 95% interval; a smoke or CPU run shows none. Every claim counts once with its own verdict (claims sharing
-    a measurement each count); the verdict columns count the guide's claims, with those settled by arithmetic, a
-    datasheet or a definition apart from measured ones; the course's own targets have their own column.
-    """
+    The headline gain (`headline_gains`) is on equal work, with its 95% interval. The verdict columns count the
+    guide's claims, settled by arithmetic, a datasheet or a definition apart from measured ones; the course's own
+    targets have their own column."""
     head = ["notebook"] + (["date (UTC)"] if dates else []) + [
         "wall (s)", "experiments", "headline gain [95% interval]", "confirmed", "refuted: higher than claimed",
         "refuted: lower than claimed", "inconclusive", "not comparable", "not tested", "settled without measuring",

@@ -1,5 +1,6 @@
 """The course's summary page: the figure of what each lesson gained, and summary.md and summary.png written for a
-run (beside a reference run when one is given)."""
+run (beside a reference run when one is given). It never mixes runs: several devices, or a smoke run beside a
+full-size one, each get a section of their own, said plainly in the title."""
 from __future__ import annotations
 
 import io
@@ -9,8 +10,8 @@ from typing import Sequence
 from ..measuring.device import host_difference
 from ..measuring.files import write_text_atomic
 from .run_folders import PNG_MARK, SUMMARY_MARK, check_summary_target
-from .summary_sections import device_groups, device_sections, summary_title
-from .summary import agreement_section, collect, flagged, gain, headline_gains, not_a_speed_run
+from .summary import (COUNTS_NOTE, agreement_section, collect, flagged, gain, headline_gains, not_a_speed_run,
+                      notebook_table, summary_tables)
 
 
 def _short(text: str, n: int = 40) -> str:
@@ -28,10 +29,8 @@ GAIN_COLORS = {"faster": ("#00798c", "faster (interval above 1)"),
 def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None = None, *, per_notebook: int = 3,
                    title: str = ""):
     """What each lesson's change gained: each notebook's headline gain(s) (`headline_gains`, at most `per_notebook`)
-    on their work-normalised ratio, log scale, with the interval as an error bar, the value on each bar, the
-    reference GPU's ratio marked beside and a legend for every colour. Unmarked demonstrations, implausible ratios
-    and smoke or CPU runs are left out (a smoke run draws a note instead of bars), and so is the device self-check (00_, a
-    control, not a change). Sized for about 900 px."""
+    on a log scale, with the interval as an error bar and the reference GPU's ratio beside. Smoke or CPU runs draw a
+    note instead of bars; the device self-check (00_, a control, not a change) is left out. Sized for about 900 px."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -92,14 +91,54 @@ def summary_figure(results: dict[str, dict], reference: dict[str, dict] | None =
     return fig
 
 
+def device_groups(results: dict[str, dict]) -> list[tuple[str, dict[str, dict]]]:
+    """(label, results) per device and size (smoke or full), in first-seen order; one plain label when alone."""
+    groups: dict[tuple[str, bool], dict[str, dict]] = {}
+    for nb, data in sorted(results.items()):
+        name = (data.get("device") or {}).get("name") or "unknown device"
+        groups.setdefault((name, bool(data.get("smoke"))), {})[nb] = data
+    names = [name for name, _ in groups]
+    out = []
+    for (name, smoke), found in groups.items():
+        size = " (smoke run)" if smoke else " (full size)" if names.count(name) > 1 else ""
+        out.append((name + size, found))
+    return out
+
+
+def summary_title(results: dict[str, dict], groups: list[tuple[str, dict[str, dict]]]) -> str:
+    """The summary's first line: its device, or every device and run it holds, each in a section of its own."""
+    if len(groups) <= 1:
+        return f"# gpulab summary: {groups[0][0] if groups else 'unknown device'}"
+    names = {(d.get("device") or {}).get("name") for d in results.values()}
+    what = f"{len(names)} devices" if len(names) > 1 else "a smoke run and a full-size run"
+    return (f"# gpulab summary: {', '.join(label for label, _ in groups)} ({what}: a section each, never mixed)")
+
+
+def device_sections(groups: list[tuple[str, dict[str, dict]]], reference: dict[str, dict]) -> list[str]:
+    """Markdown lines: per group (a heading only when there are several), the not-a-speed-run line, the notebook
+    table and the detail tables; the counts note once."""
+    md: list[str] = []
+    for label, found in groups or [("", {})]:
+        if len(groups) > 1:
+            md += [f"## {label}", ""]
+        not_speed = sorted({w for d in found.values() if (w := not_a_speed_run(d))})
+        if not_speed:
+            md += [f"{'; '.join(not_speed)}: the timings check that the code runs; no gain, speed verdict or timing "
+                   "claim is shown or judged.", ""]
+        md += [notebook_table(found), ""]
+        if len(groups) <= 1:
+            md += [COUNTS_NOTE, ""]
+        md += [summary_tables(found, reference), ""]
+    if len(groups) > 1:
+        md += [COUNTS_NOTE]
+    return md[:-1] if md and md[-1] == "" else md
+
+
 def write_summary(results_dir: Path | str, out: Path | str, *, compare: Path | str | None = None,
                   expected: Sequence[str] = (), exclude: Sequence[str] = (), problems: Sequence[str] = (),
                   heading: str = "") -> tuple[Path, Path]:
-    """Write summary.md and summary.png into `out` from the result JSON files in `results_dir`.
-
-    `problems` (e.g. the notebooks that failed in this run) are listed first under Problems; `exclude`
-    keeps those notebooks' results out of the tables.
-    """
+    """Write summary.md and summary.png into `out` from the result JSON files in `results_dir`; `problems` (the
+    notebooks that failed in this run) are listed first, and `exclude` keeps their results out of the tables."""
     import matplotlib
     import matplotlib.pyplot as plt
 

@@ -19,10 +19,9 @@ def timeline(*items: Comparison | dict | tuple[str, Trace],
              metrics: Sequence[str] = ("nvml_util", "gpm_sm_active", "gpm_tensor_active"), title: str = ""):
     """Utilization over time: before vs after of a comparison, or any (label, trace) pairs, one panel a metric.
 
-    A metric with fewer than MIN_TIMELINE_POINTS samples in every series is no curve (GPM and the host CPU are
-    read once a second): its panel is left out and each series' mean over the window goes in the legend. A
-    metric that was not recorded is left out too, named under the panels with the reason. When no metric has
-    a curve, the figure is those means in a few lines."""
+    A metric with fewer than MIN_TIMELINE_POINTS samples in every series (GPM and the host CPU are read once a
+    second) gets no panel: its means go in the legend. A metric not recorded is named under the panels with the
+    reason; with no curve at all, the figure is those means in a few lines."""
     series: list[tuple[str, Trace | None, str]] = []
     for it in items:
         if isinstance(it, tuple):
@@ -133,10 +132,9 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, ylabel: str, 
 def mfu(*comparisons: Comparison | dict, title: str = "MFU before vs after", reference: Iterable | None = None):
     """MFU (datasheet peak) of each side of each comparison; with `reference`, the reference GPU's beside.
 
-    A side that several comparisons share is drawn once, from its first measurement: the same label on the same
-    work (FLOPs and items per call), as when every fix of a chain is measured against the previous fix's side or
-    against the same slow loop. A bar is labelled by its side alone unless two different bars would then read
-    the same; the legend names the before and after colours."""
+    A side that several comparisons share (the same label on the same work) is drawn once, as when every fix of a
+    chain is measured against the previous fix. A bar is labelled by its side alone unless two bars would then
+    read the same."""
     cs = [_cmp(c) for c in comparisons]
     rs = {r.name: r for r in (_cmp(c) for c in reference)} if reference is not None else None
     entries: list[tuple[str, str, float | None, float | None, str]] = []  # (side, comparison, ours, ref, colour)

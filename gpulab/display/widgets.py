@@ -27,8 +27,7 @@ def control_panel(run: Callable[..., Any], **controls: Any):
     it returns or draws.
 
     controls: name=[options] (dropdown or selection slider), name=(min, max, step) (slider), name=bool, or a
-    ready ipywidget. Without ipywidgets this returns None and says so: the notebook still runs.
-    """
+    ready ipywidget. Without ipywidgets this returns None and says so."""
     try:
         import ipywidgets as w
         from IPython.display import display

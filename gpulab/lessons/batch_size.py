@@ -1,7 +1,5 @@
 """Notebook 06 (batch size): its claims as data, the sweep read by batch size (`Sweep`), the functions that judge
-each claim (`check_*`, `record_the_rest`: the only ones that record), and its figures. The training step, the
-search call and the gradient-accumulation loop are written in the notebook's cells; the search and the sweep are
-`gpulab.tools.batchsize`. Nothing here times anything."""
+each claim (`check_*`, `record_the_rest`), and its figures. Nothing here times anything."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -153,14 +151,12 @@ def paired_gain(cmp: Any) -> Estimate:
 def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep | None = None,
                   util_rise: Estimate | None = None, paired_32_64: Any = None,
                   util_gain_8_12: Estimate | None = None, paired_seq_len: int | None = None) -> list[Claim]:
-    """§6.2's and 002's claims on the sweep: utilization, sweet spot, memory, and throughput gains. `paired_12_16`
-    and `paired_32_64` (two batch sizes in interleaved rounds, tokens/s each) decide "12 -> 16" and "32 -> 64"
-    where they ran, so that one slow window of the sweep does not set the interval; `util` (batch 8
-    and 64 at a sequence length where 64 is GPU-bound) decides "45% -> 92%" where it ran: on `util_rise`, the
-    median of its interleaved rounds' differences (`gpulab.workloads.sweeps.round_rise`), when given; `util_gain_8_12` (the
-    median of the relative NVML gains of batch 8 and 12 in interleaved rounds, `gpulab.workloads.sweeps.round_gain`) decides
-    "8 -> 12: 15-20% better utilization" where it ran, in place of two sweep points. `paired_seq_len`: the
-    sequence length the paired comparisons ran at (where the GPU, not the host's launches, sets the step time)."""
+    """§6.2's and 002's claims on the sweep: utilization, sweet spot, memory, and throughput gains.
+
+    Where they ran, paired runs decide instead of two sweep points, so that one slow window of the sweep does not
+    set the interval: `paired_12_16` and `paired_32_64` (tokens/s in interleaved rounds) the "12 -> 16" and
+    "32 -> 64" gains, `util` / `util_rise` (batch 8 and 64, `sweeps.round_rise`) "45% -> 92%", `util_gain_8_12`
+    (`sweeps.round_gain`) "8 -> 12: 15-20% better utilization". `paired_seq_len`: their sequence length."""
     g, ours = sw.get, f"our sequence length {sw.seq_len} tokens (the guide states none)"
     u = util if util is not None and 8 in util.by_b and 64 in util.by_b else sw
     rise, how = difference(u.nvml(64), u.nvml(8)), ""

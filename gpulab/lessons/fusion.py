@@ -1,10 +1,6 @@
 """Notebook 03 (kernel fusion and torch.compile): what a cell cannot hold. Its claims as data (each with the guide's
-words), the byte counter behind "six memory passes", a stopwatch for a compiled function's first call, the ratios
-the compile-modes claims stand on, and the notebook's figures and widget (a compiled function's first call is timed
-by `measuring.compiler.first_call`).
-
-The technique itself (the functions, `torch.compile(...)`, the CUDA-graph capture) is written in the notebook's
-cells; nothing here compiles or times anything except `first_call` and the widget.
+words), the byte counter behind "six memory passes", the ratios the compile-modes claims stand on, and the
+notebook's figures and widget.
 """
 from __future__ import annotations
 

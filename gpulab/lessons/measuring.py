@@ -1,10 +1,4 @@
-"""Notebook 01 (measuring): its claims as data, the evidence each one is judged on, and its tables and figures.
-
-The measuring itself is written in the notebook's cells; the instruments are gpulab's (`gl.Monitor`, `gl.measure`,
-`gpulab.workloads.sampling` for NVML's samples and bursts of known busy time, `gpulab.workloads.matmuls` for the workloads).
-
-    lesson.check("window", *M.window(period))   # judged on the interval; "not tested" with the reason if None
-"""
+"""Notebook 01 (measuring): its claims as data, the evidence each one is judged on, and its tables and figures."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -105,9 +99,8 @@ def kernels_active(captured: Estimate | None, runs: Sequence[Any]) -> Evidence:
     """NVML's reading over the share of time a kernel really ran (CUDA events), on bursts with idle gaps.
 
     A definition must hold on every burst pattern: the value is the ratio pooled over all of them, the interval
-    spans every pattern's own interval (`sampling.captured_by_pattern`), so the claim is confirmed only if each
-    pattern's ratio lies in the band. (The quartiles of all periods pooled mixed the patterns: their lower end
-    fell inside the short bursts' cluster, which sits at the band's edge, and decided the verdict by chance.)"""
+    spans every pattern's own (`sampling.captured_by_pattern`), so the claim is confirmed only if each pattern's
+    ratio lies in the band (pooled quartiles put the verdict at the mercy of the short bursts' cluster)."""
     each = [(b, e) for b, e in zip(runs, captured_by_pattern(runs)) if e is not None]
     if captured is None or not each:
         return None, "needs a CUDA GPU with NVML utilization samples (the burst test)"

@@ -1,9 +1,7 @@
 """Notebook 10's data and helpers: its claims, what a rank's worker reuses (timing, random batches, the overlap
 of communication with compute), and the reduction of what the ranks return into medians, intervals and figures.
 
-The rank side itself (the all-reduce sweep, DDP and FSDP2 training) is written in the notebook's cells and
-launched with `gpulab.tools.distributed.launch`. A round's time is the slowest rank's (a collective step ends when
-the last rank ends); every figure is a median over rounds with its quartiles as the interval.
+A round's time is the slowest rank's (a collective step ends when the last rank ends).
 """
 from __future__ import annotations
 

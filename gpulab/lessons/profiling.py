@@ -189,13 +189,9 @@ def is_fp32_gemm(name: str) -> bool:
 
 
 def evidence_points_to(top_kernels: Sequence[Sequence[Any]], breakdown: Any) -> str:
-    """The largest share of a `TimeBreakdown`'s timeline and what it asks for, as a key of `CAUSES`.
-
-    When kernels fill most of the timeline, the question is which kernels: FP32 GEMMs among the two slowest
-    (`top_kernels`, as (name, ms, count)) point to tensor cores ("fp32_gemms"), else "kernels". Otherwise the
-    largest of the other categories (copies and each idle kind) is the answer, so the evidence follows the
-    breakdown's own numbers.
-    """
+    """The largest share of a `TimeBreakdown`'s timeline and what it asks for, as a key of `CAUSES`: where kernels
+    fill most of it, FP32 GEMMs among the two slowest (`top_kernels`) point to tensor cores ("fp32_gemms"), else
+    "kernels"; otherwise the largest of the other categories."""
     if not breakdown.window_ms:
         return "no_timeline"
     frac = breakdown.fractions()

@@ -1,9 +1,6 @@
 """Notebook 04 (sync points): what a cell cannot hold. Its claims as data (each with the guide's words), the two
 clocks a copy is timed with (when the call returned on the host, how long the copy ran on the GPU), the share of a
 task an overlap hid, and the notebook's per-side trace table and figures.
-
-The technique itself (the training loop that reads its loss with `.item()` or not, the masked mean, the eval loop,
-`.pin_memory()`, `non_blocking=True`, the second `torch.cuda.Stream`) is written in the notebook's cells.
 """
 from __future__ import annotations
 
@@ -249,11 +246,9 @@ def _busy(side: Any) -> float | None:
 
 
 def pairs_figure(groups: dict[str, Any], ref: dict[str, Any] | None, metric: str = "mfu", title: str = "") -> None:
-    """One group of bars per experiment (short label -> comparison): before and after of this run, the reference
-    GPU's pair beside in grey (when there is one), each bar with its value at three significant figures. metric:
-    "mfu" (% of the datasheet peak) or "busy" (the trace's GPU busy share of wall time). Nothing is drawn when
-    neither this run nor the reference has a value; a group whose four values are all zero (a copy alone: the
-    trace's busy share counts kernels) is left out, and named under the figure."""
+    """One group of bars per experiment (short label -> comparison): before and after, with the reference GPU's
+    pair beside in grey. metric: "mfu" (% of the datasheet peak) or "busy" (the trace's GPU busy share). A group
+    whose four values are all zero (a copy alone: the busy share counts kernels) is left out, and named below."""
     import textwrap
 
     import matplotlib.pyplot as plt

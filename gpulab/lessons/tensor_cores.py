@@ -1,8 +1,4 @@
-"""Notebook 02 (tensor cores): its claims as data, the alignment pairs, and its figures and tables.
-
-The matmuls themselves are written in the notebook's cells; the sweep, the formats from torch.finfo and the layers of
-the alignment tests come from `gpulab.workloads.matmuls`.
-"""
+"""Notebook 02 (tensor cores): its claims as data, the alignment pairs, and its figures and tables."""
 from __future__ import annotations
 
 from typing import Any, Sequence

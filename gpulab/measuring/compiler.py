@@ -25,10 +25,8 @@ def _find_program(env: str, names: tuple[str, ...]) -> str | None:
 def compiler_available(device: torch.device | str | None = None) -> tuple[bool, str]:
     """Whether torch.compile's default backend (inductor) can generate code for `device`, and why (not).
 
-    CPU: a C++ compiler ($CXX, c++, g++ or clang++). CUDA: Triton, plus a C compiler ($CC, cc, gcc or clang)
-    that Triton uses to build its kernel launcher. A True here is necessary, not sufficient: a broken
-    toolchain still fails at the first call (`gpulab.lessons.fusion.first_call` reports it instead of raising).
-    """
+    CPU: a C++ compiler ($CXX, c++, g++ or clang++). CUDA: Triton, plus the C compiler ($CC, cc, gcc or clang) it
+    builds its launcher with. Necessary, not sufficient: a broken toolchain still fails at the first call."""
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         import torch._dynamo as dynamo

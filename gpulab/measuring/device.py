@@ -307,11 +307,8 @@ def get_device(index: int | None = None) -> DeviceInfo:
 
 
 def host_difference(mine: dict[str, Any], reference: dict[str, Any]) -> str | None:
-    """One sentence when two result files' devices ran on different host CPUs, else None.
-
-    Takes the `device` dicts of two result files. Files written before the host was recorded have no `cpu`:
-    then nothing can be said, and None is returned.
-    """
+    """One sentence when two result files' `device` dicts ran on different host CPUs, else None (also for files
+    written before the host was recorded)."""
     a, b = mine.get("cpu"), reference.get("cpu")
     if not a or not b or a == b:
         return None

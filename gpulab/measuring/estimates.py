@@ -109,13 +109,10 @@ def median_interval(values: list[float], confidence: float = 0.95,
                     include: float | None = None) -> tuple[float, float]:
     """A distribution-free confidence interval for the median of `values` (order statistics).
 
-    It is (x(k), x(n+1-k)) of the sorted values, with the largest k whose coverage, 1 - 2·P(Binomial(n, ½) < k),
-    is at least `confidence`; with too few values for that (up to 8 at 95%) it is the whole range, which holds the
-    median with probability 1 - 2/2^n: above 95% from six values, but 93.75% from five, 87.5% from four, 75% from
-    three (`feeds.paired_ratio` gives a t-interval where a claim rests on so few pairs). Unlike
-    the range, it narrows as rounds are added: more rounds decide more claims, they never widen the interval.
-    `include` widens it to hold that value (the point estimate it is the interval of).
-    """
+    (x(k), x(n+1-k)) of the sorted values, with the largest k whose coverage 1 - 2·P(Binomial(n, ½) < k) reaches
+    `confidence`; with too few values (up to 8 at 95%) the whole range, which holds the median with probability
+    1 - 2/2^n: 93.75% from five, 75% from three (`log_t_interval` is honest from so few). Unlike the range, it
+    narrows as rounds are added. `include` widens it to hold that value (its point estimate)."""
     xs = sorted(float(v) for v in values)
     if not xs:
         raise ValueError("values must not be empty")

@@ -5,8 +5,22 @@ import json
 import math
 import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+
+class JsonRecord:
+    """A dataclass that a result file holds: `to_dict` gives every field, `from_dict` takes the fields it knows."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        """An instance from `to_dict`'s dict; keys it does not know (an older or newer file's) are ignored."""
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
 def data_dir() -> Path:

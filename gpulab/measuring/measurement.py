@@ -10,6 +10,7 @@ from typing import Any
 
 from .estimates import Estimate, median_interval
 from .text import ratio as _ratio, sig
+from .files import JsonRecord
 
 
 NOISE_THRESHOLD = 0.10  # IQR over median above this is flagged as noisy, as torch.utils.benchmark does
@@ -38,15 +39,12 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
 
 
 @dataclass
-class Measurement:
+class Measurement(JsonRecord):
     """Timings of repeated calls of one function, in seconds, with their median and spread.
 
-    A Measurement is a value: its statistics are computed once; `merged` makes a new one.
-    `windows` holds (calls, wall seconds) of each timed window, for the throughput of a pipeline
-    (items over the wall time of the window), which per-call medians overstate when a queue is involved.
-    `mode` says how it was timed: "latency" (each timing is one call) or "throughput" (each timing is the mean of
-    `calls_per_timing` back-to-back calls inside one event or clock pair); `method` says it in words.
-    """
+    A value: its statistics are computed once; `merged` makes a new one. `windows` holds (calls, wall seconds) of
+    each timed window, for the throughput of a pipeline, which per-call medians overstate when a queue is involved.
+    `mode` is "latency" (a timing is one call) or "throughput" (the mean of `calls_per_timing` back-to-back calls)."""
 
     label: str
     times_s: list[float]
@@ -171,11 +169,6 @@ class Measurement:
         return {"label": self.label, "times_s": self.times_s, "timer": self.timer,
                 "warmup_calls": self.warmup_calls, "meta": self.meta, "windows": [list(w) for w in self.windows],
                 "mode": self.mode, "calls_per_timing": self.calls_per_timing, "summary": self.summary()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Measurement:
-        """A Measurement from `to_dict`'s dict."""
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def __repr__(self) -> str:
         warn = "  (noisy: IQR > 10% of median)" if self.noisy else ""

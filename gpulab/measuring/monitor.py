@@ -23,6 +23,7 @@ from typing import Any
 from .checks import positive_float, positive_int
 from .estimates import Estimate
 from .device import DeviceInfo, get_device
+from .files import JsonRecord
 
 METRICS = {
     "nvml_util": "GPU busy (NVML, %)",
@@ -41,7 +42,7 @@ _GPM_IDS = {"gpm_sm_active": 2, "gpm_sm_occupancy": 3, "gpm_tensor_active": 5, "
 
 
 @dataclass
-class Trace:
+class Trace(JsonRecord):
     """A timeline of device metrics: per metric a list of (seconds since start, value)."""
 
     duration_s: float = 0.0
@@ -65,9 +66,7 @@ class Trace:
     def estimate(self, metric: str, *, samples_only: bool = False) -> Estimate | None:
         """The window's mean of `metric` with the interquartile range of its samples as the interval.
 
-        A whole-window reading (GPM) or a single sample is exact; `samples_only` ignores the whole-window
-        value and uses the samples alone. None when the metric was not recorded.
-        """
+        A whole-window reading (GPM) or a single sample is exact, unless `samples_only`; None when not recorded."""
         from .measurement import quantiles
 
         vals = self.values(metric)
@@ -101,7 +100,7 @@ class Trace:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trace:
         """A Trace from `to_dict`'s dict."""
-        t = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        t = super().from_dict(d)
         t.series = {k: [tuple(p) for p in v] for k, v in t.series.items()}
         return t
 
@@ -340,10 +339,8 @@ def watch(fn: Any, seconds: float = GPM_MIN_WINDOW_S, device: DeviceInfo | None 
           sync_every: int = 20) -> Trace:
     """Run `fn()` back to back for `seconds` under a Monitor and return its trace.
 
-    The window holds nothing but `fn`'s work (warmed up first, no timing or profiling inside), so whole-window
-    GPM values describe `fn` itself rather than launch gaps between measurements. A sync every `sync_every`
-    calls keeps the queue short, so the window ends when the work does.
-    """
+    Nothing but `fn`'s work is in the window (warmed up first), so whole-window GPM values describe `fn` itself;
+    a sync every `sync_every` calls keeps the queue short, so the window ends when the work does."""
     import torch
 
     if not callable(fn):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from statistics import median
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -45,12 +46,6 @@ def shape_flops(shape: Shape) -> int:
     """FLOPs of one (M, N, K) matmul: 2·M·N·K."""
     m, n, k = shape
     return 2 * m * n * k
-
-
-def _median(xs: Sequence[float]) -> float:
-    v = sorted(xs)
-    h = len(v) // 2
-    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2
 
 
 def median_interval(xs: Sequence[float]) -> tuple[float, float]:
@@ -95,21 +90,14 @@ def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s
     """Time every shape briefly, then the `top` fastest again in `rounds` interleaved rounds; the best is the shape
     with the highest round, and its best round is the peak (`tflops`), as mamf-finder reports its best median.
 
-    `time_calls(shape, n)` runs n calls of the shape and returns each call's seconds. Each shape first gets
-    `warm_calls` untimed calls (its kernel chosen, its memory touched), which also tell how long a call takes; then
-    as many calls as fit in `shape_s` (between `min_calls` and `max_calls`), and its rate is its median call. The
-    rounds are interleaved shape by shape, so a clock that drifts moves every candidate alike; each round times
-    as many calls as fit in `round_s` (at least `min_calls`), or, with `round_calls`, at most that many, after
-    untimed ones in the same batch (`round_warm` per `round_calls`: mamf-finder's 50 before 100 measure one shape;
-    a slow dtype's round is cut to `round_s` so FP32 does not take a quarter of the self-check). Each round visits
-    the shapes in the search's order after replaying, untimed, up to `lead_s` seconds of the shapes searched just
-    before the first (`lead_in`): mamf-finder meets a shape after the lighter ones of its sweep, and a GPU at its
-    power limit runs a shape faster after lighter work than after seconds of the same (rounds of the best shapes
-    back to back read 724-736 TFLOP/s on one H200, its sweep 747-761 around them and mamf-finder's 753-760).
-    Before the rounds, the fastest shape runs in windows of a round's calls until its rate stops climbing, for at
-    most `settle_s` seconds (`settle`): the quick pass leaves the GPU idle between calls, and a cold GPU's clocks
-    and power ramp up over seconds, so without it the first rounds read low (714 -> 744 TFLOP/s on one H200).
-    """
+    `time_calls(shape, n)` returns each of n calls' seconds. A shape's rate is its median call, after `warm_calls`
+    untimed ones. Rounds go shape by shape, so a drifting clock moves every candidate alike, with untimed calls in
+    the same batch (`round_warm` per `round_calls`: mamf-finder's 50 before 100); a slow dtype's round is cut to
+    `round_s`. Each round replays, untimed, up to `lead_s` seconds of the shapes searched before it (`lead_in`):
+    a GPU at its power limit runs a shape faster after lighter work than after seconds of the same (the best shapes
+    back to back read 724-736 TFLOP/s on one H200, mamf-finder 753-760). Before the rounds the fastest shape runs
+    until its rate stops climbing, for at most `settle_s` (`settle`): a cold GPU's clocks ramp up over seconds
+    (714 -> 744 TFLOP/s on one H200 without it)."""
     if not shapes:
         raise ValueError("shapes must name at least one (M, N, K) shape")
     positive_int("top", top)
@@ -119,9 +107,9 @@ def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s
     rows, per_call = [], {}
     for shape in progress(list(shapes)):
         warm = list(time_calls(shape, warm_calls)) if warm_calls else []
-        guess = _median(warm) if warm else 0.0
+        guess = median(warm) if warm else 0.0
         calls = max(min_calls, min(max_calls, int(shape_s / guess) if guess > 0 else max_calls))
-        t = _median(time_calls(shape, calls))
+        t = median(time_calls(shape, calls))
         per_call[shape] = t
         rows.append([*shape, shape_flops(shape) / max(t, 1e-12) / 1e12])
     t1 = clock()
@@ -147,7 +135,7 @@ def search_best_shape(time_calls: TimeCalls, shapes: Sequence[Shape], *, shape_s
             calls, warm = n_calls(sh), n_warm(sh)
             times = list(time_calls(sh, warm + calls))[warm:]  # one batch: no idle gap before the timed calls
             f = shape_flops(sh) / 1e12
-            out_rounds[sh].append(f / max(_median(times), 1e-12))
+            out_rounds[sh].append(f / max(median(times), 1e-12))
             lo, hi = median_interval(times)
             out_iv[sh].append([f / max(hi, 1e-12), f / max(lo, 1e-12)])
     best = max(ranked, key=lambda sh: max(out_rounds[sh]))
@@ -177,7 +165,7 @@ def settle(time_calls: TimeCalls, shape: Shape, calls: int, *, max_s: float, tol
     start = clock()
     f, rates, mark, t_mark = shape_flops(shape) / 1e12, [], None, start
     while (now := clock()) < start + max_s and (mark is None or now - t_mark < steady_s):
-        rate = f / max(_median(time_calls(shape, calls)), 1e-12)
+        rate = f / max(median(time_calls(shape, calls)), 1e-12)
         rates.append(rate)
         if mark is None or rate > mark * (1 + tolerance):
             mark, t_mark = rate, clock()
@@ -246,11 +234,8 @@ def search_matmul_peak(dtype: str, device: torch.device | None = None, *, size: 
                        progress: bool = False) -> tuple[ShapeSearch, dict[str, Any]]:
     """Search matmul shapes for the best sustained rate of `dtype`, as mamf-finder does, and re-measure the best.
 
-    `warm_s` seconds of back-to-back calls of the largest shape first (clocks and power at their steady state),
-    then `search_best_shape` over `search_shapes(size, m_step=m_step)`, its best shape warmed up to `settle_s`
-    seconds before the rounds. Returns the search and the mean SM clock
-    and power seen during it ("sm_clock_mhz", "power_w"; absent without NVML).
-    """
+    `warm_s` seconds of the largest shape first (clocks and power at their steady state), then `search_best_shape`.
+    Returns the search and the mean SM clock and power seen during it (absent without NVML)."""
     dtype = check_dtype(dtype)
     device = device or get_device().torch_device
     shapes = search_shapes(size, m_step=m_step)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,10 +13,11 @@ from .checks import positive_int
 from .device import DTYPES, DeviceInfo, check_dtype, get_device
 from .peak_search import METHOD, ShapeSearch, search_matmul_peak
 from .text import si
+from .files import JsonRecord
 
 
 @dataclass
-class MeasuredPeaks:
+class MeasuredPeaks(JsonRecord):
     """Achievable matmul TFLOP/s per dtype and copy bandwidth, measured on this device."""
 
     device: str
@@ -55,15 +56,6 @@ class MeasuredPeaks:
             return None
         i = max(range(len(r)), key=r.__getitem__)
         return r[i], min(q[i][0], r[i]), max(q[i][1], r[i])
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MeasuredPeaks:
-        """MeasuredPeaks from `to_dict`'s dict."""
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def _repr_html_(self) -> str:
         def extra(k: str) -> str:
@@ -136,16 +128,11 @@ def measure_peaks(device: DeviceInfo | None = None, *, size: int | None = None, 
                   top: int | None = None) -> MeasuredPeaks:
     """Search matmul shapes for each dtype's best sustained TFLOP/s, and measure copy bandwidth, once per course run.
 
-    Per dtype, as mamf-finder does: `warm_s` of load (3 s on a GPU), then M from `m_step` to 5·`size` at
-    N = K = `size` (4096 and 256 on a GPU: mamf-finder's quick range) plus (2·size)³, each call timed alone after an
-    L2 eviction; the fastest shape runs until its rate stops climbing (at most 6 s on a GPU: a cold GPU read 4% low
-    without it; the warm-up and this run for the first dtype only, the GPU stays warm for the next), then the `top`
-    fastest shapes (3) are timed again in `rounds` interleaved rounds (5; on a GPU each as mamf-finder measures a
-    shape: 100 calls after 50, at most `round_s` of calls, after 0.3 s of the smaller shapes searched before them).
-    The peak is the best round of the best shape (mamf-finder's best median); `interval` keeps its rounds' min and
-    max, `settle` the warm-up windows, `search` every shape's rate. On a CPU: a few tiny shapes. Cached per device
-    in this process and, inside `gpulab run` (GPULAB_RUN_ID set), in a file shared by every notebook.
-    """
+    Per dtype, `search_matmul_peak` as mamf-finder does it (on a GPU: `warm_s` 3 s, M from `m_step` 256 to 5·`size`
+    at N = K = `size` 4096, the `top` 3 shapes in `rounds` 5 interleaved rounds); the warm-up and the settling run
+    for the first dtype only, as the GPU stays warm for the next. The peak is the best round of the best shape;
+    `interval` keeps its rounds' min and max. On a CPU: a few tiny shapes. Cached per device in this process and,
+    inside `gpulab run` (GPULAB_RUN_ID set), in a file shared by every notebook."""
     device = device or get_device()
     if isinstance(dtypes, str):
         raise ValueError(f"dtypes={dtypes!r} must be a tuple of dtype names, e.g. ({dtypes!r},)")

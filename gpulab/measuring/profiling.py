@@ -18,11 +18,14 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from . import checks
+from .files import JsonRecord
+
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 
 
 @dataclass
-class ProfileSummary:
+class ProfileSummary(JsonRecord):
     """What the GPU did during some steps: busy time, idle gaps, kernels and the calls that made the CPU wait."""
 
     steps: int
@@ -75,11 +78,6 @@ class ProfileSummary:
         """A JSON-ready dict with every field and the summary."""
         return asdict(self) | {"summary": self.summary()}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ProfileSummary:
-        """A ProfileSummary from `to_dict`'s dict."""
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
     def __repr__(self) -> str:
         s = self.summary()
         busy = "n/a" if s["busy_fraction"] is None else f"{s['busy_fraction']:.0%}"
@@ -128,10 +126,8 @@ STEP_RANGE = "gpulab_step"  # the record_function range put around each profiled
 def device_activity_kind(event: Any) -> str | None:
     """What a profiler event did on the GPU: "kernel", "memcpy", "memset", or None (not device work).
 
-    A `record_function` range appears twice in a CUDA trace: on the CPU and mirrored on the GPU timeline as a
-    user annotation. The mirror has the CUDA device type but is not a kernel; neither is a CUDA sync event.
-    torch >= 2.13 names the activity type; older versions flag annotations with `is_user_annotation`.
-    """
+    A `record_function` range is mirrored on the GPU timeline as a user annotation with the CUDA device type: not a
+    kernel, nor is a sync event. torch >= 2.13 names the activity type; older ones flag `is_user_annotation`."""
     if getattr(event, "device_type", None) != torch.autograd.DeviceType.CUDA:
         return None
     if getattr(event, "is_user_annotation", False):
@@ -209,11 +205,6 @@ def nvtx_range(name: str) -> Iterator[None]:
             torch.cuda.nvtx.range_pop()
 
 
-def _check_count(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
 _CYCLE_WARNING = ".*Profiler clears events at the end of each cycle"  # torch's, on every scheduled profile
 
 
@@ -253,16 +244,13 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
             record_shapes: bool = False) -> ProfileSummary:
     """Run `fn()` `warmup` times, then under torch.profiler's schedule, and summarise the active steps.
 
-    The schedule is torch.profiler.schedule(wait, profiler_warmup, active=steps): `wait` steps run unrecorded,
-    `profiler_warmup` steps are recorded and thrown away (the profiler's own start-up cost), then `steps` are
-    kept. Each step runs inside an NVTX range and a `record_function` range named "gpulab_step". With
-    `trace_path` (a name ending in .json.gz, or .json) the active steps are written as a Chrome/Perfetto trace:
-    open it at https://ui.perfetto.dev. `record_shapes` records each op's input shapes in the trace.
-    """
-    _check_count("steps", steps, 1)
-    _check_count("warmup", warmup, 0)
-    _check_count("wait", wait, 0)
-    _check_count("profiler_warmup", profiler_warmup, 0)
+    The schedule skips `wait` steps, records and drops `profiler_warmup` (the profiler's own start-up cost), then
+    keeps `steps`, each inside a "gpulab_step" NVTX and `record_function` range. `trace_path` (.json.gz or .json)
+    writes them as a Chrome/Perfetto trace (https://ui.perfetto.dev)."""
+    checks.positive_int("steps", steps)
+    checks.positive_int("warmup", warmup, minimum=0)
+    checks.positive_int("wait", wait, minimum=0)
+    checks.positive_int("profiler_warmup", profiler_warmup, minimum=0)
     if trace_path is not None and not str(trace_path).endswith((".json", ".json.gz")):
         raise ValueError(f"trace_path={str(trace_path)!r} must end in .json.gz (or .json)")
     cuda = torch.cuda.is_available()
@@ -292,9 +280,7 @@ def profile(fn: Callable[[], Any], *, steps: int = 5, warmup: int = 2, top: int 
 def find_syncs(fn: Callable[[], Any]) -> list[str] | None:
     """Run `fn()` once with torch.cuda.set_sync_debug_mode("warn") and return the synchronizing ops it hit.
 
-    Without CUDA this returns None and does not run `fn`: the debug mode exists only for CUDA, so it cannot
-    tell whether `fn` would synchronize on a GPU (an empty list always means "no syncs found").
-    """
+    Without CUDA this returns None and does not run `fn` (an empty list always means "no syncs found")."""
     if not callable(fn):
         raise ValueError(f"fn={fn!r} must be callable (one step of your loop)")
     if not torch.cuda.is_available():

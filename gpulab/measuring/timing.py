@@ -67,14 +67,10 @@ def _warm_up(fn: Callable[[], Any], sync: Callable[[], Any], clock: Callable[[],
              min_calls: int, warmup_s: float, max_calls: int, batched: bool) -> tuple[int, int, float, float]:
     """Call `fn` untimed until at least `min_calls` calls and `warmup_s` seconds since `t0`.
 
-    Returns (calls, calls in the last batch, host seconds issuing that batch, seconds until it had finished): the
-    last batch, past first-call costs, says whether the host or the device paces the call (`launch_bound`).
-    `batched` (a CUDA device, whose calls only queue work) checks the clock after a synchronize, in batches that
-    double (min_calls, then as many calls as so far): a loop that only checks the host clock would queue a tenth
-    of a second of launches, which for a 20 ms matmul is a thousand calls, twenty seconds of GPU time. The warm-up
-    then lasts at most about twice `warmup_s` (or the first batch), and the mean over it still amortizes one
-    synchronize over many calls of a fast op. On the CPU (calls run as they are made) it is one call at a time.
-    """
+    Returns (calls, calls in the last batch, host seconds issuing that batch, seconds until it had finished), which
+    tell whether the host or the device paces the call (`launch_bound`). `batched` (CUDA, where calls only queue
+    work) reads the clock after a synchronize, in doubling batches: checking only the host clock would queue a tenth
+    of a second of launches, for a 20 ms matmul twenty seconds of GPU time."""
     warm, batch = 0, min_calls
     while True:
         n = min(batch, max_calls - warm)
@@ -109,16 +105,11 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
               mode: str = "auto") -> Measurement:
     """Time `fn()`: warm up, then repeat until `min_time_s` of timed calls.
 
-    `mode` says what is measured: "latency" times each call (a pair of CUDA events around every call on a CUDA
-    device, launch included; `time.perf_counter` on the CPU); "throughput" times blocks of back-to-back calls, one
-    event or clock pair around each block, and divides by the calls in it (at least `min_repeats` blocks, about
-    20); "auto" (default) takes throughput when the warm-up finds the call launch-bound (`launch_bound`: under 1 ms,
-    and the host spends at least half of it issuing the call), latency otherwise. The Measurement records which
-    (`mode`, `method`). `clock` replaces the host clock (tests use a fake one). `min_warmup_calls` (default 2) is
-    the least number of untimed calls; a further round of a function that is already warm (an interleaved round)
-    can take 1, so that a half-second training step is not run seven times for a quarter-second window.
-    `max_repeats` caps the timed calls in either mode.
-    """
+    `mode`: "latency" times each call, "throughput" blocks of back-to-back calls (at least `min_repeats` blocks)
+    divided by their calls, "auto" (default) throughput where the warm-up finds the call launch-bound
+    (`launch_bound`), else latency; the Measurement records which. `clock` replaces the host clock (tests).
+    `min_warmup_calls` can be 1 for a function that is already warm (an interleaved round), so that a half-second
+    training step is not run seven times for a quarter-second window. `max_repeats` caps the timed calls."""
     check_timeable(fn)
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: choose one of {', '.join(map(repr, MODES))}")

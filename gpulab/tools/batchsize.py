@@ -13,7 +13,7 @@ import html
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -23,6 +23,7 @@ from ..measuring.device import as_torch_device, synchronize
 from ..measuring.memory import is_oom
 from ..measuring.memory import release as _release
 from ..measuring.text import si
+from ..measuring.files import JsonRecord
 
 
 class SimulatedOutOfMemory(RuntimeError):
@@ -33,7 +34,7 @@ ROW_KEYS = ("batch_size", "fits", "samples_per_s", "step_ms", "peak_mem_bytes", 
 
 
 @dataclass
-class BatchSizeSearch:
+class BatchSizeSearch(JsonRecord):
     """Every batch size tried (fits or not, speed, peak memory), the largest that fits and the fastest."""
 
     max_fitting: int | None
@@ -74,15 +75,6 @@ class BatchSizeSearch:
         if baseline is None or self.memory_allocated_after is None:
             return None
         return self.memory_allocated_after <= baseline
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with every batch size tried."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BatchSizeSearch:
-        """A BatchSizeSearch from `to_dict`'s dict."""
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def __repr__(self) -> str:
         return (f"BatchSizeSearch({self.verdict}; tried {[r['batch_size'] for r in self.tried]} on {self.device})")
@@ -165,18 +157,12 @@ def find_max_batch_size(step_fn: Callable[[int], Any], *, start: int = 1, max_ba
                         timed_steps: int = 3, progress: bool = True) -> BatchSizeSearch:
     """Double the batch size from `start` until a step runs out of memory (or reaches `max_batch`), then bisect.
 
-    `step_fn(batch_size)` runs one full training step (forward, backward, optimizer) at that batch size and
-    should drop its own references when it returns (zero_grad(set_to_none=True) at its start helps).
-    Out-of-memory is `torch.OutOfMemoryError`, a RuntimeError saying "out of memory", a CPU allocator's
-    failure ("can't allocate memory") or a MemoryError (`is_allocation_failure`). `max_batch` caps the search: 4096
-    by default on CUDA (raise it for a small model on a big GPU); on a CPU it must be given, since a batch too big for
-    memory swaps for minutes before it fails (or a simulated `memory_limit_bytes` bounds it). A search that reaches
-    the cap says so (`capped`: larger may fit). A model with BatchNorm cannot train at batch 1 (one value per
-    channel): that batch is noted and skipped, and the search goes on from 2. To simulate a smaller device, pass
-    `memory_limit_bytes`: a batch then fails when `memory_fn(batch_size)` exceeds it, or, on CUDA without
-    `memory_fn`, when the step's measured peak allocation does. Each batch that fits is timed (1 warm-up step,
-    then the median of `timed_steps`, synchronized on CUDA).
-    """
+    `step_fn(batch_size)` runs one full training step and should drop its own references when it returns.
+    Out-of-memory is whatever `is_allocation_failure` recognises. `max_batch` is 4096 by default on CUDA; on a CPU
+    it must be given, since a batch too big for memory swaps for minutes before it fails. A search that reaches the
+    cap says so (`capped`). A model with BatchNorm cannot train at batch 1: that batch is noted and skipped.
+    `memory_limit_bytes` simulates a smaller device: a batch fails when `memory_fn(batch_size)`, or on CUDA the
+    step's measured peak, exceeds it. Each batch that fits is timed (1 warm-up step, the median of `timed_steps`)."""
     for name, v, lo in (("start", start, 1), ("max_batch", max_batch, 1), ("timed_steps", timed_steps, 1)):
         if (v is not None or name != "max_batch") and (not isinstance(v, int) or isinstance(v, bool) or v < lo):
             raise ValueError(f"{name}={v!r} must be an integer >= {lo}")
@@ -296,11 +282,8 @@ def grad_accumulation_matches(model_fn: Callable[[], torch.nn.Module], x: torch.
                               ) -> dict[str, Any]:
     """Gradients of one big batch vs `micro_batches` accumulated micro-batches (each loss / k): how close?
 
-    Exact in real arithmetic for a mean loss without batch-coupled layers; BatchNorm (per-batch statistics)
-    and dropout (different random masks) make them differ. `dtype=torch.float64` shows the float32
-    difference is rounding. Returns max_abs_diff, rel_diff (L2 norm of the difference over that of the
-    big-batch gradient) and matches (rel_diff <= rtol).
-    """
+    Exact in real arithmetic for a mean loss without batch-coupled layers (BatchNorm, dropout); `dtype=torch.float64`
+    shows the float32 difference is rounding. Returns max_abs_diff, rel_diff and matches (rel_diff <= rtol)."""
     if not isinstance(micro_batches, int) or micro_batches < 1:
         raise ValueError(f"micro_batches={micro_batches!r} must be a positive integer")
     if len(x) % micro_batches:

@@ -1,11 +1,6 @@
-"""Feeding the GPU: a CUDA-stream prefetcher, a DataLoader settings sweep that measures, not guesses, a check
-that the host launches steps faster than the GPU runs them, an endless loader and a CNN step to feed.
-
-    step = cnn_train_step(SmallCNN(width=64), device, amp_dtype=torch.bfloat16)
-    loader = endless_loader(ds, batch_size=64, num_workers=8, pin_memory=True)   # one epoch that never ends
-
-`epoch_start_times` times the epoch start with and without persistent workers; `gpulab.workloads.feeds` times a loop fed by
-such a loader as a pipeline."""
+"""Feeding the GPU: a CUDA-stream prefetcher, a DataLoader settings sweep that measures, not guesses, and a
+check that the host launches steps faster than the GPU runs them. The loaders and steps they feed are in
+`gpulab.workloads.image_feeds`; `gpulab.workloads.feeds` times a fed loop as a pipeline."""
 from __future__ import annotations
 
 import gc
@@ -13,7 +8,7 @@ import html
 import itertools
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import psutil
@@ -22,8 +17,10 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
+from ..measuring import checks
 from ..measuring.device import as_torch_device, synchronize, usable_cores
 from ..measuring.text import pct, si
+from ..measuring.files import JsonRecord
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
@@ -90,15 +87,13 @@ class CUDAPrefetcher:
 
 def launch_headroom(step: Callable[[Any, Any], Any], x: torch.Tensor, y: torch.Tensor, *, steps: int = 4,
                     repeats: int = 5) -> dict[str, float]:
-    """Host seconds to launch one training step beside the seconds the GPU needs to run it (medians of `repeats`
-    bursts of `steps` steps, each burst queued behind an untimed one so the GPU never waits at its start).
+    """Host seconds to launch one training step beside the GPU seconds to run it (medians of `repeats` bursts of
+    `steps` steps, each queued behind an untimed burst so the GPU never waits at its start).
 
-    A loop keeps its GPU busy only while launching a step is quicker than running it. Where the two are close,
-    any extra host work (a prefetcher's stream bookkeeping, a busy neighbour process) leaves the GPU waiting, and
-    a change to the copy measures the host instead. Needs CUDA tensors: on a CPU the "launch" is the work.
-    """
-    _check_int("steps", steps, 1)
-    _check_int("repeats", repeats, 1)
+    A loop keeps its GPU busy only while launching a step is quicker than running it; where the two are close, a
+    change to the copy measures the host instead. Needs CUDA tensors."""
+    checks.positive_int("steps", steps)
+    checks.positive_int("repeats", repeats)
     if x.device.type != "cuda":
         raise ValueError(f"launch_headroom needs CUDA tensors; x is on {x.device}")
     host, gpu = [], []
@@ -123,7 +118,7 @@ ROW_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers"
 
 
 @dataclass
-class DataLoaderTuning:
+class DataLoaderTuning(JsonRecord):
     """Throughput of every DataLoader setting tried, the fastest one, and what was skipped and why."""
 
     rows: list[dict[str, Any]]
@@ -142,15 +137,6 @@ class DataLoaderTuning:
             kw.update(prefetch_factor=self.best["prefetch_factor"],
                       persistent_workers=self.best["persistent_workers"])
         return kw
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with every setting's row."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DataLoaderTuning:
-        """A DataLoaderTuning from `to_dict`'s dict."""
-        return cls(**{k: d[k] for k in ("rows", "best", "notes", "batch_size", "device") if k in d})
 
     def __repr__(self) -> str:
         b = self.best
@@ -191,11 +177,6 @@ def sweep_workers(cores: int, batches: int) -> list[int]:
     return sorted(w for w in {0, 1, max(1, cores // 2), cores} if w <= max(1, batches))
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
 def _shutdown(it: Any) -> None:
     # Stop worker processes now rather than whenever the garbage collector gets to the iterator.
     if hasattr(it, "_shutdown_workers"):
@@ -228,26 +209,22 @@ def tune_dataloader(dataset: Dataset, model_step: Callable[[Any, Any], Any], *, 
                     seed: int = 0) -> DataLoaderTuning:
     """Time `model_step(x, y)` fed by a DataLoader under each combination of settings; return them all.
 
-    Each setting runs a warm-up epoch of `warmup_batches`, then a timed epoch of `batches`: the timed epoch
-    starts with `iter(loader)`, so it pays the worker start-up that every epoch pays unless the workers are
-    persistent. Batches reach `model_step` already on `device` (copied with non_blocking=True, which is
-    asynchronous only from pinned memory). The clock is read after a synchronize. `cpu_percent` is the whole
-    host's CPU use during the timed epoch (psutil). prefetch_factor and persistent_workers only apply with
-    workers; pin_memory=True only with CUDA. The defaults scale to the dataset: one pass over it (2-20 `batches`),
-    `sweep_workers` workers, the guide's prefetch_factor=2 and persistent workers: 3 settings on a 2-core CPU.
-    """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("batches", 1 if batches is None else batches, 1)
-    _check_int("warmup_batches", warmup_batches, 0)
+    Each setting runs a warm-up epoch of `warmup_batches`, then a timed epoch of `batches` that starts with
+    `iter(loader)`, so it pays the worker start-up every epoch pays unless the workers are persistent. `cpu_percent`
+    is the whole host's CPU use during the timed epoch. The defaults scale to the dataset: one pass over it (2-20
+    `batches`), `sweep_workers` workers, the guide's prefetch_factor=2 and persistent workers."""
+    checks.positive_int("batch_size", batch_size)
+    checks.positive_int("batches", 1 if batches is None else batches)
+    checks.positive_int("warmup_batches", warmup_batches, minimum=0)
     if not callable(model_step):
         raise ValueError("model_step must be callable as model_step(x, y)")
     batches = batches or min(20, max(2, len(dataset) // batch_size))  # one pass over the data, 2 to 20 batches
     workers = list(sweep_workers(usable_cores(), batches) if workers is None else _as_tuple(workers))
     for w in workers:
-        _check_int("workers", w, 0)
+        checks.positive_int("workers", w, minimum=0)
     prefetch = tuple(dict.fromkeys(_as_tuple(prefetch_factor)))
     for p in prefetch:
-        _check_int("prefetch_factor", p, 1)
+        checks.positive_int("prefetch_factor", p)
     pins, persist = _as_tuple(pin_memory), _as_tuple(persistent_workers)
     if not workers or not prefetch or not pins or not persist:
         raise ValueError("workers, pin_memory, prefetch_factor and persistent_workers need at least one value")

@@ -5,15 +5,10 @@
     run.traces           # each rank's monitor Trace (NVML on a GPU)
     run                  # a table: rank, status, seconds, error
 
-Each rank runs `python -m torch.distributed.run --standalone --nproc-per-node N -m gpulab._rank ...`: one process
-per GPU with NCCL, or per CPU process with gloo. The rank calls `fn(ctx, **kwargs)` with a `RankContext`
-(rank, world size, device) after `init_process_group(timeout=...)`, and writes what it returned, or its
-traceback, as JSON into a temporary folder that `launch` reads back. Nothing hangs: the process group has a
-timeout, and so has the launch (the launcher and every rank it started are stopped when it runs out).
-
-NVLink multicast (NVLS, NVLink SHARP) is switched off in every launch (`SAFE_ENV`): on a shared host it can take
-the GPUs out of service.
-"""
+Each rank (`gpulab._rank`) calls `fn(ctx, **kwargs)` with a `RankContext` after `init_process_group`, and writes
+what it returned, or its traceback, as JSON that `launch` reads back. Nothing hangs: the process group and the
+launch both time out. NVLink multicast (NVLS) is off in every launch (`SAFE_ENV`): on a shared host it can take
+the GPUs out of service."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -298,17 +293,11 @@ def launch(target: str, *, nproc: int | None = None, backend: str = "auto", kwar
            env: dict[str, str] | None = None) -> DistributedRun:
     """Run `target(ctx, **kwargs)` on `nproc` ranks under torchrun and collect every rank's outcome.
 
-    Args:
-        target: "gpulab.module:function"; the function takes a RankContext and keyword arguments and returns
-            something JSON can hold.
-        nproc: ranks (processes); None: every visible GPU with NCCL, or 2 gloo processes.
-        backend: "nccl" (one GPU per rank), "gloo" (CPU processes) or "auto" (NCCL when two or more GPUs).
-        timeout_s: the whole launch's limit; then torchrun and every rank are stopped.
-        pg_timeout_s: the process group's timeout (a collective waiting longer fails instead of hanging).
-        monitor: record each rank's device with gpulab.Monitor while its function runs.
-        check: raise DistributedError when a rank failed (else return the run with its failures).
-        env: base environment (default: this process's); SAFE_ENV is always added on top.
-    """
+    `target` is "gpulab.module:function", taking a RankContext and keyword arguments and returning something JSON
+    can hold. `nproc` None: every visible GPU with NCCL, or 2 gloo processes; `backend` "auto": NCCL with two or more
+    GPUs. `timeout_s` bounds the whole launch (then torchrun and every rank are stopped), `pg_timeout_s` each
+    collective. `monitor` records each rank's device; `check` raises DistributedError when a rank failed. SAFE_ENV
+    is always added on top of `env`."""
     backend, nproc = choose_backend(backend, nproc)
     if not timeout_s > 0 or not pg_timeout_s > 0:
         raise ValueError(f"timeout_s={timeout_s!r} and pg_timeout_s={pg_timeout_s!r} must be > 0")

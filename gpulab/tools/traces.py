@@ -1,17 +1,14 @@
 """Reading a profiler trace: where each step's GPU time went, and memory over one training step.
 
-`time_breakdown(trace)` splits the steps' GPU timeline into kernels, memcpy/memset and idle time, and each
-idle gap by its cause, in the spirit of HolisticTraceAnalysis's temporal and idle-time breakdowns:
-- "idle: after a sync": the host had just returned from a synchronizing call (`.item()`, a blocking copy,
-  `cudaStreamSynchronize`...): the queue was drained on purpose and the GPU waits for the next launch;
-- "idle: host launching": the next kernel was launched after the GPU went idle, with no sync before it:
-  the host cannot issue work as fast as the GPU runs it (launch-bound: small ops, Python overhead);
-- "idle: queued work waiting": the next work was already queued when the GPU went idle (a dependency on
-  another stream, an event, a copy engine).
+`time_breakdown(trace)` splits the steps' GPU timeline into kernels, memcpy/memset and idle time, each idle gap
+by its cause, in the spirit of HolisticTraceAnalysis's idle-time breakdown:
+- "idle: after a sync": the host had just returned from a synchronizing call: the queue was drained on purpose;
+- "idle: host launching": the next kernel was launched after the GPU went idle, with no sync before it: the host
+  cannot issue work as fast as the GPU runs it (launch-bound);
+- "idle: queued work waiting": the next work was already queued (a dependency on another stream, an event).
 
-`step_memory(step)` records one training step with the profiler's memory timeline and sums the live
-memory over time by category (parameters, gradients, optimizer state, activations, other).
-"""
+`step_memory(step)` sums one training step's live memory over time by category (parameters, gradients,
+optimizer state, activations, other)."""
 from __future__ import annotations
 
 import gzip
@@ -260,10 +257,8 @@ def step_memory(step: Callable[[], Any], *, device: torch.device | str | None = 
                 snapshot_path: str | Path | None = None) -> StepMemoryProfile:
     """Record one call of `step` (a training step: call it once before, so optimizer state exists).
 
-    Uses torch.profiler's memory timeline (profile_memory, record_shapes, with_stack) for the categories. On a
-    CUDA GPU it also records the caching allocator's history and, with `snapshot_path`, saves the snapshot
-    (drag it onto https://pytorch.org/memory_viz). Degrades to an empty profile with the reason.
-    """
+    Uses torch.profiler's memory timeline for the categories; on a CUDA GPU, with `snapshot_path`, also saves the
+    allocator's history (drag it onto https://pytorch.org/memory_viz). Degrades to an empty profile with the reason."""
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev_str = f"cuda:{dev.index or 0}" if dev.type == "cuda" else "cpu"
     out = StepMemoryProfile(device=dev_str)
@@ -316,12 +311,9 @@ def step_memory(step: Callable[[], Any], *, device: torch.device | str | None = 
 def categorize(names: list[str | None], rows: list[list[int]]) -> tuple[dict[str, list[int]], int]:
     """Bytes per category over time from the profiler's per-category rows (`names[j]` names column j).
 
-    The profiler leaves memory uncategorized (None) where it cannot follow a tensor, which on a transformer
-    (fused attention, compiled code) can be most of what forward saves for backward. Uncategorized memory
-    above its level at the step's start and end was allocated and freed within the step: that is what
-    activations and temporaries are, so it is counted there; the level that stays (inputs, caches) is "other".
-    Returns the series and the peak bytes so moved.
-    """
+    The profiler leaves memory uncategorized where it cannot follow a tensor (fused attention, compiled code), often
+    most of what forward saves for backward. Uncategorized memory above its level at the step's start and end lived
+    within the step: activations and temporaries; the level that stays is "other". Returns the series and the peak."""
     out = {c: [0] * len(rows) for c in MEMORY_CATEGORIES}
     unknown = [0] * len(rows)
     for i, row in enumerate(rows):

@@ -5,19 +5,15 @@
             train_step(batch)
             t.step()
 
-Each `step()` records one CUDA event on the current stream and returns at once. The time between two
-consecutive events is the step's time on the GPU's timeline (idle gaps included, so it is the step's real
-period). Events are read a few steps later, only once `event.query()` says the GPU has passed them, so the
-tracker never makes the CPU wait. `stop()` waits once for the last event. On a CPU the events are host
-clock readings (CPU work is synchronous). The event factory and the clock can be injected (tests).
-
-A tracker must not cost what it measures. On very short steps one event per step (record, query, read) can
-take a visible share of the host's time, so by default (`every=None`) the tracker times its own work and
-records one event every N steps, N chosen so that its cost stays under 0.2% of a step; each record then
-holds the per-step average of an N-step window (`StepRecord.steps` says N). `every=1` forces one per step.
-"""
+Each `step()` records one CUDA event on the current stream and returns at once; the time between two events is
+the step's period on the GPU's timeline, idle gaps included. Events are read only once `event.query()` says the
+GPU has passed them, so the tracker never makes the CPU wait (`stop()` waits once). On a CPU they are host clock
+readings. On very short steps one event per step can take a visible share of the host's time, so by default
+(`every=None`) the tracker times its own work and records one event every N steps, N chosen to keep its cost
+under 0.2% of a step (`StepRecord.steps` says N); `every=1` forces one per step."""
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 import time
@@ -363,16 +359,11 @@ class StepTracker(TrackerOutputs):
         return {"summary": self.summary(), "records": [asdict(r) for r in self.records]}
 
 
-def track(*, flops_per_step: float | None = None, items_per_step: float | None = None, item_name: str = "samples",
-          dtype: str | None = None, peak_tflops: float | None = None, peak_name: str = "", log_every: int = 0,
-          csv_path: str | Path | None = None, tensorboard: Any = None, peaks: Any = None,
-          plot: bool | Callable[[Any], Any] = False, plot_every_s: float = 1.0, monitor: Any = None,
-          every: int | None = None, device: Any = None, event_factory: Callable[[], Any] | None = None,
-          clock: Callable[[], float] = time.perf_counter, printer: Callable[[str], Any] = print) -> StepTracker:
+def track(**kwargs: Any) -> StepTracker:
     """A `StepTracker` for your loop (its arguments are StepTracker's); use it as a context manager and call `.step()`.
 
     `gl.track(plot=True)` draws gpulab's live figure in Jupyter (the display layer loads only then)."""
-    return StepTracker(flops_per_step=flops_per_step, items_per_step=items_per_step, item_name=item_name, dtype=dtype,
-                       peak_tflops=peak_tflops, peak_name=peak_name, log_every=log_every, csv_path=csv_path,
-                       tensorboard=tensorboard, peaks=peaks, plot=plot, plot_every_s=plot_every_s, monitor=monitor,
-                       every=every, device=device, event_factory=event_factory, clock=clock, printer=printer)
+    return StepTracker(**kwargs)
+
+
+track.__signature__ = inspect.signature(StepTracker).replace(return_annotation="StepTracker")  # what help() shows

@@ -1,11 +1,5 @@
-"""What a step tracker costs: a training loop timed with and without it, interleaved, in one run.
-
-`tracker_overhead(step, ...)` times gpulab's `track` in ABBA blocks without syncs (CUDA events around each block
-on a GPU) and the guide's §8.4 `GuideTracker`, which synchronizes twice per step, in synced rounds beside rounds
-without a tracker; `paired_overhead` turns paired timings into a percentage with its 95% interval. Both
-trackers' own host time (inside `step()`, or inside the guide's `start_step()` and `end_step()` with their
-syncs) is timed call by call: on a loop the host paces, that time is the tracker's cost.
-"""
+"""What a step tracker costs: a training loop timed with and without it, interleaved, in one run
+(`tracker_overhead`), gpulab's `track` beside the guide's §8.4 `GuideTracker`."""
 from __future__ import annotations
 
 import dataclasses
@@ -53,12 +47,9 @@ TRACKER_MODES = ("off", "gpulab tracker", "guide §8.4 tracker")
 def paired_overhead(on: list[float], off: list[float], confidence: float = 0.95) -> Estimate:
     """How much slower `on` is than `off`, in percent, from paired timings (on[i] beside off[i]).
 
-    The value is the median paired difference over the mean of `off`, x 100; the interval is the distribution-free
-    95% confidence interval of that median (`estimates.median_interval`). Pairs taken close together share the GPU's
-    and the host's slow drifts, so the differences are far less noisy than either side; the median keeps a
-    host hiccup in one round (a 3.5 ms step reading 6.5 ms) from swinging the result, which the mean did: two
-    runs of the same launch-bound loop read -6.9% [-18.3, 4.4] and +5.6% [2.1, 9.0] by the mean.
-    """
+    The median paired difference over the mean of `off`, x 100, with the distribution-free 95% interval of that
+    median. Pairs share the GPU's and the host's slow drifts; the median keeps one host hiccup from swinging the
+    result, which the mean did (one launch-bound loop read -6.9% [-18.3, 4.4] and +5.6% [2.1, 9.0] by the mean)."""
     if len(on) != len(off) or len(on) < 2:
         raise ValueError(f"on and off need the same length >= 2, got {len(on)} and {len(off)}")
     base = statistics.fmean(off)
@@ -100,28 +91,19 @@ class OverheadResult:
         raise ValueError(f"mode={mode!r}; allowed: {', '.join(TRACKER_MODES[1:])}")
 
     def own_cost(self, z: float = 1.96) -> Estimate:
-        """The host time gpulab's tracker spends inside `step()`, per step, in percent of an untracked step.
-
-        On a loop the host paces (launch-bound) every microsecond the host spends in the tracker is a
-        microsecond added to the step, so this *is* the overhead there, measured call by call in the same
-        interleaved run; on a GPU-bound loop the launch queue hides it. The interval is the 95% confidence
-        interval of the mean over the tracked blocks.
-        """
+        """The host time gpulab's tracker spends inside `step()`, per step, in percent of an untracked step, with the
+        95% interval of the mean over the tracked blocks. On a launch-bound loop this *is* the overhead; on a GPU-bound
+        loop the launch queue hides it."""
         if len(self.own_s) < 2:
             raise ValueError("own_s needs the tracker's time in at least 2 blocks")
         return _share(self.own_s, self.host_blocks.get("off") or self.blocks["off"], z)
 
     def guide_own_cost(self, z: float = 1.96) -> Estimate:
-        """The host time the guide's tracker spends inside `start_step()` and `end_step()`, per step, in percent of
-        an untracked step (the untracked synced rounds beside its rounds).
+        """The host time the guide's tracker spends inside `start_step()` and `end_step()`, per step, in percent of an
+        untracked synced round, with the 95% interval of the mean over its rounds.
 
-        Most of it is the wait in its two `torch.cuda.synchronize()` calls: for the GPU to finish the step's last
-        kernels, and the syncs' own latency. On a loop the host paces, the host launches nothing while it waits,
-        so this time is added to every step: it is the tracker's cost there, measured call by call, where the
-        A/B of whole rounds carries the host's jitter of tens of percent. (On a GPU-bound loop it is not: the
-        host would be waiting for the GPU anyway.) The interval is the 95% confidence interval of the mean over
-        the tracked rounds.
-        """
+        Mostly the wait in its two `torch.cuda.synchronize()` calls. On a loop the host paces, that wait is added to
+        every step, measured call by call where the A/B of whole rounds carries the host's jitter of tens of percent."""
         if len(self.guide_own_s) < 2:
             raise ValueError("guide_own_s needs the guide tracker's time in at least 2 rounds")
         return _share(self.guide_own_s, self.rounds["off"], z)
@@ -154,19 +136,12 @@ def tracker_overhead(step: Callable[[], Any], *, loop: str, block_steps: int, bl
                      events: Callable[[], Any] | None | str = "auto") -> OverheadResult:
     """Time `step` with and without each tracker, interleaved, in one run.
 
-    gpulab's tracker never waits for the GPU, so it runs in `blocks` blocks of `block_steps` steps in ABBA
-    order with no sync between them: one tracker stays on the whole time and `step()` is called only in
-    "on" blocks. The loop runs in its steady state (a GPU-bound loop keeps the GPU's queue full throughout,
-    so a block's host time is its GPU time), and each on block is paired with the off block beside it.
-    The guide's tracker synchronizes twice per step, which empties the queue and would spill work across
-    block edges, so it runs in `rounds` synced rounds of `round_steps` steps, alternating with rounds without
-    a tracker. `make_tracker()` returns a fresh gpulab tracker (not started).
-
-    On a GPU each block is timed by two CUDA events around it (`events`, "auto": CUDA events when CUDA is
-    available): the block's time on the GPU's own timeline, idle gaps included, so a tracker that starved the
-    GPU would show, while the host's jitter (blocking on a full launch queue) does not. The host-clock block
-    times are kept beside them (`host_blocks`).
-    """
+    gpulab's tracker never waits for the GPU, so it runs in `blocks` blocks of `block_steps` steps in ABBA order
+    with no sync between them, one tracker on the whole time and `step()` called only in "on" blocks; each on block
+    is paired with the off block beside it. The guide's tracker syncs twice per step, which would spill work across
+    block edges, so it runs in `rounds` synced rounds of `round_steps` steps, alternating with untracked rounds.
+    On a GPU a block is timed by CUDA events (`events`): its time on the GPU's timeline, so a tracker that starved
+    the GPU would show while the host's jitter does not; the host-clock times are kept (`host_blocks`)."""
     if events == "auto":
         events = (lambda: torch.cuda.Event(enable_timing=True)) if torch.cuda.is_available() else None
     for name, v in (("block_steps", block_steps), ("blocks", blocks), ("round_steps", round_steps),

@@ -144,13 +144,10 @@ class Claim:
               measurement: str | None = None, repeats: Any = None) -> Claim:
         """Judge the claim on `measured` and its interval; returns self for display.
 
-        `measured` may be a number (with `interval=`, or exact for counts and arithmetic), an `Estimate`,
-        a Speedup / Measurement, whose interval comes from their spread, or a Comparison, judged on the ratio its
-        headline shows: after items/s over before items/s where the two sides do different work per call (batch
-        4 -> 16), else the time ratio (`Comparison.headline`). `repeats` (values of the same quantity measured
-        again: interleaved rounds' ratios, other measurements of the shape) widen the interval to cover their
-        spread (`with_repeats`). NaN, inf, None or a non-scalar gives "not tested", never a verdict.
-        """
+        `measured` may be a number (with `interval=`, or exact for counts and arithmetic), an `Estimate`, a Speedup or
+        Measurement (interval from their spread), or a Comparison, judged on its headline ratio (items/s where the two
+        sides do different work per call, else time). `repeats` (the same quantity measured again) widen the interval
+        to their spread. NaN, inf, None or a non-scalar gives "not tested", never a verdict."""
         measured, interval, converted = as_claim_unit(measured, interval, self.unit)
         note = "; ".join(filter(None, (note, converted)))
         est = estimate_of(measured if interval is None else (measured, interval))

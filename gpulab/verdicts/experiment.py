@@ -295,21 +295,15 @@ def before_after(before: Callable[[], Any], after: Callable[[], Any], *, name: s
     """Run `before` and `after` through the same harness and compare them.
 
     `flops`, `dtype` and `items` apply to both sides unless an `after_*` value is given (e.g. a bf16 after).
-    `interleave` adds `rounds` short alternating rounds (before, after, after, before, ...) to both sides'
-    timings, so that drift between the two windows (clocks, temperature, host load) does not read as a
-    speedup; the spread of the per-round ratios is the speedup's interval. `round_s` is each side's seconds per
-    round (None: a quarter of `min_time_s`); a big matmul wants whole seconds, so that each round reads the
-    sustained, power-limited clock rather than the burst after the other side's window. `round_calls` times
-    exactly that many calls per side and round instead, with no warm-up call (both sides are warm from their first
-    window): with 1, each pair of rounds is two neighbouring calls, so a host that changes speed every second or so
-    slows both sides of a pair alike instead of one.
-    `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches). `progress` shows a
-    bar over the interleaved rounds (gone when they end).
-    MFU: each side against its own dtype's peak (FP32 against FP32's, TF32 against TF32's): one peak for both
-    would put the slower dtype's side against a peak it cannot reach (FP32 at 76% of its own read 10% of TF32's).
-    `peak_dtype` measures both sides against that one dtype's peak, where the text says why; the table says which.
-    With unequal work per call (`after_items`), the headline is the items/s ratio, not the time per call.
-    """
+    `interleave` adds `rounds` alternating rounds (before, after, after, before, ...) so that drift between the two
+    windows (clocks, temperature, host load) does not read as a speedup; the spread of the per-round ratios is the
+    interval. `round_s`: each side's seconds per round (None: a quarter of `min_time_s`); a big matmul wants whole
+    seconds, to read the sustained, power-limited clock. `round_calls` times that many calls per side and round
+    instead: with 1, a host that changes speed every second slows both calls of a pair alike.
+    `kind` is "optimisation" (a change to adopt) or "demonstration" (a contrast that teaches).
+    MFU: each side against its own dtype's peak; one peak for both would put the slower dtype against a peak it
+    cannot reach (FP32 at 76% of its own read 10% of TF32's). `peak_dtype` sets one yardstick where the text says why.
+    With unequal work per call (`after_items`), the headline is the items/s ratio, not the time per call."""
     if not name:
         raise ValueError("name must be a non-empty string")
     if kind not in KINDS:

@@ -8,12 +8,7 @@ section's claims declared as data.
     dev, res = lesson.device, lesson.result
     ...
     lesson.check("mfu", comparison)          # "not tested: needs a CUDA GPU" comes from `needs`, in one place
-    lesson.save()
-
-Sizes: a parameter left at None takes the full size on a CUDA GPU and the smoke size with SMOKE=True or without a
-GPU, and is written back into the notebook's namespace; a value the reader set is kept as given. The result JSON
-records the sizes used, which of them the reader gave, and whether this was a smoke run.
-"""
+    lesson.save()"""
 from __future__ import annotations
 
 import os
@@ -214,9 +209,8 @@ class Lesson:
         """Judge claim `key` on a measurement and record it; `Claim.check` says what `measured` may be (a
         Comparison is judged on its headline ratio) and how `repeats` widen the interval to their spread.
 
-        Not tested instead: when this run lacks what the claim needs (`needs`), or when a smoke run (smoke sizes,
-        or no GPU) meets a timed claim (a speed, ratio, MFU or utilization: `Claim.is_timed`), whose verdict such
-        sizes cannot carry; definitions, arithmetic, datasheet and other measured claims are still judged."""
+        Not tested instead: when this run lacks what the claim needs (`needs`), or when a smoke run meets a timed claim
+        (`Claim.is_timed`), whose verdict such sizes cannot carry."""
         spec = self.spec(key)
         why = self.missing(*spec.needs)
         claim = spec.new(self.name)
@@ -295,15 +289,10 @@ def lesson(name: str, namespace: dict[str, Any], *, full: dict[str, Any] | None 
            device: DeviceInfo | None = None, show: bool = True) -> Lesson:
     """Start lesson `name`: choose sizes, make its result object, load the reference, declare its claims.
 
-    `namespace` is the notebook's `globals()`. Sizes follow one rule: a parameter the reader set (an edited
-    parameters cell, or `-p NAME VALUE`) is kept as given; one left at None takes its size from the notebook's
-    schema in `gpulab.verdicts.params` (the smoke size with SMOKE=True or without a CUDA GPU, else the full size), or from
-    `full=` / `smoke=` for a notebook of your own that has no schema. The result is written back into the
-    namespace, so later cells use it by name, then every parameter is checked (a wrong type or range stops here,
-    naming the parameter). The result JSON records the sizes used and which of them the reader gave; `save()`
-    writes it to $GPULAB_RESULTS/<device>/<name>.json, or without that variable to data/results/<device>/ in the
-    gpulab checkout.
-    """
+    `namespace` is the notebook's `globals()`. Sizes follow `Param`'s rule, from the notebook's schema in
+    `gpulab.verdicts.params` or, for a notebook of your own, from `full=` / `smoke=`; they are written back into the
+    namespace, then every parameter is checked. `save()` writes the result to $GPULAB_RESULTS/<device>/<name>.json,
+    or without that variable to data/results/<device>/."""
     from .params import SCHEMAS, check_params
 
     if not isinstance(namespace, dict):

@@ -107,10 +107,10 @@ def list_of(item: Param, *, optional: bool = False) -> Param:
 GPT_KEYS = ("vocab_size", "n_layer", "n_head", "n_embd", "block_size")
 
 
-def _gpt_dict(name: str, value: Any) -> dict:
-    if not isinstance(value, dict) or set(value) != set(GPT_KEYS):
-        raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(GPT_KEYS)}")
-    for k in GPT_KEYS:
+def _int_dict(name: str, value: Any, keys: tuple[str, ...]) -> dict:
+    if not isinstance(value, dict) or set(value) != set(keys):
+        raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(keys)}")
+    for k in keys:
         _int_in(f"{name}[{k!r}]", value[k], 1, MAX_INT, False)
     return value
 
@@ -135,17 +135,8 @@ def optional_bool() -> Param:
     return Param(lambda n, v: v if v is None else _bool(n, v), "True, False or None")
 
 
-def _small_mlp(name: str, value: Any) -> dict:
-    keys = ("D", "DEPTH", "BATCH")
-    if not isinstance(value, dict) or set(value) != set(keys):
-        raise ValueError(f"{name}={value!r} must be a dict with exactly the keys {', '.join(keys)}")
-    for k in keys:
-        _int_in(f"{name}[{k!r}]", value[k], 1, MAX_INT, False)
-    return value
-
-
 def gpt_dict(*, optional: bool = False) -> Param:
-    return Param(lambda n, v: v if optional and v is None else _gpt_dict(n, v),
+    return Param(lambda n, v: v if optional and v is None else _int_dict(n, v, GPT_KEYS),
                  "a dict of ints: " + ", ".join(GPT_KEYS) + (" or None" if optional else ""))
 
 
@@ -249,7 +240,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                          BLOCK_S=_opt_sec.sized(0.08, smoke=0.005), OVERHEAD_ROUNDS=_opt_int.sized(240, smoke=2),
                          LAUNCH_BOUND_ROUNDS=_opt_int.sized(60, smoke=2),
                          ROUND_S=_opt_sec.sized(0.1, smoke=0.01),
-                         SMALL=Param(lambda n, v: v if v is None else _small_mlp(n, v),
+                         SMALL=Param(lambda n, v: v if v is None else _int_dict(n, v, ("D", "DEPTH", "BATCH")),
                                      "a dict of ints: D, DEPTH, BATCH, or None").sized(
                              {"D": 64, "DEPTH": 2, "BATCH": 8}, smoke={"D": 16, "DEPTH": 1, "BATCH": 4}),
                          GPU_BOUND_BATCH=_opt_int.sized(16384, smoke=32), TRACK_STEPS=_opt_int.sized(150, smoke=20),
@@ -286,10 +277,8 @@ def check_params(values: Mapping[str, Any], schema: str | Mapping[str, Param], *
                  unknown: bool = False) -> dict[str, Any]:
     """Check the parameters found in `values` (a notebook's `globals()` or a dict) against `schema`.
 
-    Raises ValueError naming the parameter, its value and what it accepts. With `unknown=True` a name that
-    the schema does not have is an error too (for `-p NAME VALUE` on the command line, where a typo must not
-    silently run the default). Returns the checked parameters.
-    """
+    Raises ValueError naming the parameter, its value and what it accepts; with `unknown=True` a name the schema
+    lacks is an error too (a `-p` typo must not silently run the default). Returns the checked parameters."""
     spec = schema_for(schema)
     if unknown:
         for name in values:

@@ -129,11 +129,8 @@ def window_pair_ratios(before: RunResult, after: RunResult) -> list[float]:
 def pipeline_speed(before: RunResult, after: RunResult, interval: str = "median") -> Speedup | None:
     """Speedup of two pipelines from their windows' wall time per call, paired window by window.
 
-    The interval is a 95% confidence interval for the median of the per-window ratios (their whole range up to
-    8 windows; windows are paired in order: the first windows, then each interleaved round), or with
-    `interval="t"` the Student-t one of their mean log ratio (`estimates.log_t_interval`: honest from a few pairs);
-    "within noise" when that interval contains 1.
-    """
+    The interval is the 95% one for the median of the per-window ratios, or with `interval="t"` the Student-t one of
+    their mean log ratio (`estimates.log_t_interval`: honest from a few pairs); "within noise" when it holds 1."""
     pairs = window_pair_ratios(before, after)
     if not pairs:
         return None

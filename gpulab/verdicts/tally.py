@@ -102,10 +102,7 @@ def fold_claims(claims: list[Claim] | list[dict[str, Any]]) -> list[tuple[Any, l
 def claims_table_html(claims: list[Claim] | list[dict[str, Any]], title: str = "") -> str:
     """Every claim of a lesson in one table: the claim (with its key), its band, what we measured and the verdict.
 
-    Rows that repeat one measurement fold into one (`fold_claims`): not-comparable claims beside a judged
-    claim's measurement are listed under it; others of one measurement family share a folded row listing each
-    claim with its key, band, our nearest measurement and why it is not comparable.
-    """
+    Rows that repeat one measurement fold into one (`fold_claims`)."""
     e = html.escape
     cs = [c if isinstance(c, Claim) else Claim.from_dict(c) for c in claims]
     rows = []
@@ -142,13 +139,10 @@ def claim_origin(c: dict[str, Any]) -> str:
 
 
 def count_verdicts(claims: list[dict[str, Any]], origin: str | None = None) -> dict[str, int]:
-    """Verdicts by kind, one count per claim: claims that share a measurement each count with their own verdict
-    (one measurement can confirm one claim and refute another). `origin` ("guide" or "course") counts only those
-    claims (`claim_origin`); None counts all.
-
-    Keys: confirmed, refuted_higher, refuted_lower, inconclusive, not comparable, not tested, and
-    not_measured (confirmed or refuted by arithmetic, datasheet or definition, counted apart).
-    """
+    """Verdicts by kind, one count per claim (claims sharing a measurement each count with their own verdict);
+    `origin` ("guide" or "course") counts only those claims, None all. Keys: confirmed, refuted_higher,
+    refuted_lower, inconclusive, not comparable, not tested, and not_measured (settled by arithmetic, datasheet or
+    definition, counted apart)."""
     out = {k: 0 for k in ("confirmed", "refuted_higher", "refuted_lower", "inconclusive", "not comparable",
                           "not tested", "not_measured")}
     for c in claims:
@@ -165,12 +159,8 @@ def count_verdicts(claims: list[dict[str, Any]], origin: str | None = None) -> d
 
 
 def match_claims(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[tuple[str, dict, dict]]:
-    """Pairs (id, claim in a, claim in b) of the claims two runs of one notebook share.
-
-    Claims match on their `key` ("07.bf16_speed"), never on wording: a reworded claim keeps its key and still
-    matches, and two claims with one wording but different keys do not. Only when one side is an older file
-    without keys does a claim fall back to matching on its text. The id is the key (else the text).
-    """
+    """Pairs (id, claim in a, claim in b) of the claims two runs of one notebook share, matched on their `key`
+    ("07.bf16_speed"), never on wording; only an older file without keys falls back to the text."""
     keyed = {c["key"]: c for c in a if c.get("key")}
     by_text = {c.get("text"): c for c in a}
     pairs = []
@@ -188,12 +178,10 @@ def match_claims(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[tuple
 
 
 def agreement(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """How two runs' verdicts agree, claim by claim (matched by notebook and claim key: `match_claims`).
+    """How two runs' verdicts agree, claim by claim (`match_claims`); `a` and `b` map a notebook to its claims.
 
-    `a` and `b` map a notebook name to its claims (result JSON dicts). Returns the number of claims in
-    both, the share with the same verdict, the claims whose verdict changed and, among them, those
-    confirmed in one run and refuted in the other, each as (notebook, key or text, verdict in a, in b).
-    """
+    Returns the number of claims in both, the share with the same verdict, the claims whose verdict changed and
+    those confirmed in one run and refuted in the other, each as (notebook, key or text, verdict in a, in b)."""
     same, both, flips, changed = 0, 0, [], []
     for nb in sorted(set(a) & set(b)):
         for ident, other, c in match_claims(a[nb], b[nb]):

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from ..measuring import checks
 from ..measuring.estimates import Estimate, log_t_interval
-from ..tools.dataloading import CUDAPrefetcher, _check_int, _shutdown, to_device
+from ..tools.dataloading import CUDAPrefetcher, _shutdown, to_device
 from .image_feeds import endless_loader, workers
 from ..measuring.device import as_torch_device, get_device
 from ..verdicts.experiment import Comparison, default_min_time, measure
@@ -29,13 +29,10 @@ from ..measuring.timing import ROUND, benchmark
 class Feed:
     """An endless stream of batches feeding a training step: `run(n)` trains on the next `n` batches.
 
-    `source` is any endless iterable of (x, y) CPU batches: an `endless_loader`, or `cycle(batches)`.
-    The plain loop copies each batch with `.to(device, non_blocking=...)` right before its step (on the
-    compute stream); with `prefetch=True` a `CUDAPrefetcher` copies batch i+1 on a side stream while batch i
-    computes, and `prefetch` may instead be a prefetcher class of your own, called as `prefetch(batches, device)`
-    and iterated for device batches (off CUDA it is the plain loop either way). The source is started (its workers forked) at the first
-    `run`, so an untimed first call absorbs the start-up. Use as a context manager: closing stops the workers.
-    """
+    `source` is any endless iterable of (x, y) CPU batches. The plain loop copies each batch right before its step;
+    with `prefetch=True` a `CUDAPrefetcher` copies batch i+1 on a side stream while batch i computes (`prefetch` may
+    be a prefetcher class of your own; off CUDA it is the plain loop). The workers start at the first `run`, so an
+    untimed first call absorbs the start-up. Use as a context manager: closing stops the workers."""
 
     def __init__(self, source: Iterable, step: Callable[[Any, Any], Any], device: Any = None, *,
                  prefetch: bool | Callable[[Iterator, Any], Iterable] = False, non_blocking: bool | None = None,
@@ -65,11 +62,8 @@ class Feed:
     def settle(self) -> None:
         """Train on as many batches as the queue holds (untimed), back to back with what follows.
 
-        While a loop is idle its workers fill the queue; a timed window that starts on that backlog counts
-        batches loaded during the idle time and overstates the rate. Consuming `queue_capacity` batches
-        first leaves the queue as the steady state has it (empty when loading is the bottleneck, full when
-        the GPU is). It also starts the workers if they are not running yet.
-        """
+        While a loop is idle its workers fill the queue; a window that starts on that backlog overstates the rate.
+        Consuming `queue_capacity` batches first leaves the queue as the steady state has it."""
         n = self.queue_capacity
         if n or self._it is None:
             self.run(max(n, 1))
@@ -121,14 +115,12 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
                            dtype: str | None = None, min_time_s: float | None = None, device: Any = None,
                            rounds: int | None = None, window_s: float | None = None,
                            progress: bool = True) -> list[tuple[int, RunResult]]:
-    """For each worker count: the training loop fed by an endless loader, timed as a pipeline by
-    `measure_feed` (samples over the windows' wall time; NVML/GPM utilization and host CPU from the monitor).
-    Workers start before timing and stay alive. `rounds` more windows after the monitored one (None: 10 on a CUDA
-    GPU, where the worker claims are judged, 3 elsewhere): with 11 in all, a rate's interval is a 95% confidence
-    interval of the median window rate, not the range of a few windows (with 4, bursty loaders left the worker
-    claims undecided on one GPU and decided on another). `window_s` is each extra window's length (None: 1 s on a
-    CUDA GPU, where a quarter second held only about twenty batches of a loader that delivers them in bursts of
-    one per worker; a quarter of `min_time_s` elsewhere)."""
+    """For each worker count: the training loop fed by an endless loader, timed as a pipeline by `measure_feed`.
+
+    Workers start before timing and stay alive. `rounds` more windows follow the monitored one (None: 10 on a CUDA
+    GPU, 3 elsewhere): with 11 a rate's interval is a 95% confidence interval of the median window rate (with 4,
+    bursty loaders left the worker claims undecided on one GPU and decided on another). `window_s` (None: 1 s on a
+    CUDA GPU, where a quarter second held only about twenty batches; a quarter of `min_time_s` elsewhere)."""
     dev_info = device if hasattr(device, "is_cuda") else get_device()
     rounds = (10 if dev_info.is_cuda else 3) if rounds is None else rounds
     window_s = _feed_window_s(window_s, min_time_s, dev_info)
@@ -170,8 +162,8 @@ def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float,
     `rounds` more windows of `window_s` each (None: a quarter of the time), so the throughput (items over each
     window's wall time) has a spread. The data wait per batch of each window is kept in
     `meta['data_wait_s_per_batch']`."""
-    _check_int("batches_per_call", batches_per_call, 1)
-    _check_int("rounds", rounds, 0)
+    checks.positive_int("batches_per_call", batches_per_call)
+    checks.positive_int("rounds", rounds, minimum=0)
     checks.positive_float("window_s", window_s, allow_none=True)
     dev = device if hasattr(device, "is_cuda") else get_device()
     feed.settle()
@@ -195,27 +187,21 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   min_rounds: int | None = None, decided: Callable[[Comparison], bool] | None = None,
                   budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
                   pair_interval: str = "median") -> Comparison:
-    """`gl.before_after` for two fed loops, as pipelines: each side's main window (monitored) and then
-    `rounds` interleaved windows (before, after, after, before, ...), every window started on a settled
-    queue, so neither side counts batches its workers loaded while the other side ran. Both loaders stay alive,
-    so before each window the other side's workers are given the time to refill their queue (`refill_s`): idle
-    workers of one loader then take no CPU from the one being timed (when they did, the side with the deeper
-    queue stole more of the other's window, and a no-op change read 1.14x on one run and 0.90x on the next).
-    `Comparison.estimate()` pairs the windows (drift cancels in each pair's ratio); `Comparison.throughput_ratio()`
-    sets the two sides' spreads against each other; neither uses the per-call median. `window_s`: each interleaved
-    window's seconds (None: 1 s on a CUDA GPU, long enough to hold many of a loader's bursts; a quarter of
-    `min_time_s` elsewhere). `progress` shows a bar over the interleaved rounds (gone when they end).
+    """`gl.before_after` for two fed loops, as pipelines: each side's monitored window, then `rounds` interleaved
+    windows (before, after, after, before, ...), each started on a settled queue.
 
-    Fewer rounds where they already decide: with `min_rounds`, the rounds past it run only if `decided` (asked once,
-    after `min_rounds` rounds, on the comparison so far: two looks in all, not one after every round) says the pairs
-    do not yet settle the question, and only while the interleaved rounds have taken less than `budget_s` seconds
-    (checked after each pair of rounds, so both orders stay balanced). Without `min_rounds`, all `rounds` run.
-    `pair_interval`: the interval of the window pairs the comparison's verdict stands on (`Comparison`): "t" where
-    a claim on the pair is judged on `paired_ratio`, so that its header and the claim say the same."""
+    Both loaders stay alive, so before each window the other side's workers get the time to refill their queue
+    (`refill_s`): idle workers then take no CPU from the side being timed (when they did, a no-op change read
+    1.14x on one run and 0.90x on the next). `window_s`: each interleaved window's seconds (None: 1 s on a CUDA
+    GPU, long enough to hold many of a loader's bursts; a quarter of `min_time_s` elsewhere).
+    With `min_rounds`, the rounds past it run only if `decided` (asked once, after `min_rounds` rounds) says the
+    pairs do not yet settle the question, and while they have taken less than `budget_s` (checked after each pair
+    of rounds, so both orders stay balanced). `pair_interval`: "t" where a claim on the pair is judged on
+    `paired_ratio`, so that the comparison's header and the claim say the same."""
     dev = device if hasattr(device, "is_cuda") else get_device()
-    _check_int("rounds", rounds, 0)
+    checks.positive_int("rounds", rounds, minimum=0)
     if min_rounds is not None:
-        _check_int("min_rounds", min_rounds, 0)
+        checks.positive_int("min_rounds", min_rounds, minimum=0)
     checks.positive_float("budget_s", budget_s, allow_none=True)
     checks.positive_float("window_s", window_s, allow_none=True)
     b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,
@@ -287,14 +273,11 @@ def pipeline_mfu(run: RunResult) -> float | None:
 
 
 def paired_ratio(cmp: Comparison, confidence: float = 0.95) -> Estimate:
-    """after's rate over before's for two fed loops timed in paired windows (`compare_feeds`, equal items per call):
-    the pooled ratio of `cmp.estimate()`, with a Student-t `confidence` interval of the pairs' mean log ratio
-    (widened to hold the pooled ratio).
+    """after's rate over before's for two fed loops timed in paired windows (`compare_feeds`): the pooled ratio of
+    `cmp.estimate()`, with a Student-t `confidence` interval of the pairs' mean log ratio (widened to hold it).
 
-    `cmp.estimate()`'s interval is the distribution-free one of the median pair ratio, which needs six pairs to
-    reach 95%: with fewer it is the range of the pairs, which holds the median with probability 1 - 2/2^n (75% for
-    three pairs), so three pairs that happen to agree decide a claim they cannot settle. From a few pairs an honest
-    95% interval is wide (for three pairs the mean log ratio +- 4.30 standard errors); this is that interval."""
+    `cmp.estimate()`'s distribution-free interval needs six pairs to reach 95%: three pairs that happen to agree
+    would decide a claim they cannot settle. From three pairs an honest 95% interval is ±4.30 standard errors."""
     pairs = window_pair_ratios(cmp.before, cmp.after)
     if len(pairs) < 2:
         raise ValueError(f"{cmp.name!r}: a t-interval needs at least two window pairs, got {len(pairs)}")

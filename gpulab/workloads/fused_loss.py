@@ -2,18 +2,14 @@
 
     loss = linear_cross_entropy(hidden, lm_head.weight, targets)   # = F.cross_entropy(hidden @ W.T, targets)
 
-For GPT-2 small the logits are the largest tensor in the step (tokens x 50,304), and the ordinary path reads
-and writes them several times: the head's matmul writes them, the loss reads them, the backward reads them
-again and writes their gradient (into a buffer it first fills with zeros). Here the forward pass computes the
-loss *and* the gradient of the logits at once, writing that gradient over the logits in place, so the
-backward only has its two matmuls left. On a CUDA GPU with Triton this is one kernel (one program per row:
-an online log-sum-exp over the row, then a second sweep that writes softmax minus one-hot while the row is
-still in L2); elsewhere the same math runs as plain PyTorch ops, which is what the CPU tests check.
+For GPT-2 small the logits are the step's largest tensor (tokens x 50,304), and the ordinary path reads and
+writes them several times. Here the forward computes the loss *and* the logits' gradient at once, writing it
+over the logits, so the backward only has its two matmuls left. On a CUDA GPU with Triton this is one kernel
+(per row an online log-sum-exp, then a sweep writing softmax minus one-hot while the row is still in L2);
+elsewhere the same math in PyTorch ops, which the CPU tests check.
 
-Limits: the mean over all targets (no ignore_index, no label smoothing); targets must lie in
-[0, vocab); FP16 falls back to the ordinary path, since a pre-scaled FP16 gradient underflows without a
-loss scaler's help.
-"""
+Limits: the mean over all targets (no ignore_index, no label smoothing); FP16 falls back to the ordinary path,
+since a pre-scaled FP16 gradient underflows without a loss scaler."""
 from __future__ import annotations
 
 import functools
@@ -143,15 +139,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 @torch.compiler.disable  # an opaque kernel between the compiled body and the backward; compile the rest
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of `hidden @ weight.T` against `targets`, without keeping logits besides their gradient.
-
-    Args:
-        hidden: (N, C) final hidden states.
-        weight: (V, C) the output projection (GPT's lm_head, tied to the token embedding).
-        targets: (N,) int64 class ids in [0, V).
-    Under torch.autocast the matmuls run in the autocast dtype, as nn.Linear's would; FP16 takes the ordinary
-    path (see the module docstring).
-    """
+    """Mean cross-entropy of `hidden @ weight.T` (hidden (N, C), weight (V, C)) against int64 `targets` in [0, V),
+    without keeping logits besides their gradient. Under torch.autocast the matmuls run in the autocast dtype, as
+    nn.Linear's would; FP16 takes the ordinary path (see the module docstring)."""
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden (N, C) and weight (V, C) must share C; got {tuple(hidden.shape)} and "
                          f"{tuple(weight.shape)}")

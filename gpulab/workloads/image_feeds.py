@@ -14,10 +14,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from ..measuring import checks
 from ..measuring.estimates import Estimate
 from ..measuring.device import as_torch_device
 from ..measuring.flops import count_flops
-from ..tools.dataloading import _check_int, _shutdown
+from ..tools.dataloading import _shutdown
 
 
 _ENDLESS = 2**40  # samples in an "endless" epoch: no run of the notebook ever reaches its end
@@ -33,7 +34,7 @@ def worker_counts(cores: int, extra: Sequence[int] = ()) -> list[int]:
 
     Half the cores is always included: the guide's table (§5.4) puts the optimum there on its 8-core machine.
     """
-    _check_int("cores", cores, 1)
+    checks.positive_int("cores", cores)
     out = {0, cores, max(1, cores // 2)} | {2**i for i in range(cores.bit_length()) if 2**i <= cores}
     out |= {w for w in extra if 0 <= w <= cores}
     return sorted(out)
@@ -41,12 +42,8 @@ def worker_counts(cores: int, extra: Sequence[int] = ()) -> list[int]:
 
 def cnn_train_step(model: nn.Module, device: Any = None, *, lr: float = 0.01,
                    amp_dtype: torch.dtype | None = None) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    """A training step `step(x, y)` for an image classifier already-on-device batches: forward,
-    cross-entropy, backward, SGD with momentum. It never reads a value back (no sync), as a fast loop should.
-
-    On CUDA the model uses channels-last memory (the layout cuDNN's tensor-core convolutions want) and,
-    with `amp_dtype`, autocast.
-    """
+    """A training step `step(x, y)` for an image classifier on already-on-device batches (SGD with momentum) that
+    never reads a value back. On CUDA: channels-last memory (for cuDNN's tensor-core convolutions), `amp_dtype`."""
     dev = as_torch_device(device)
     cuda = dev.type == "cuda"
     model = model.to(dev, memory_format=torch.channels_last) if cuda else model.to(dev)
@@ -68,7 +65,7 @@ def cnn_train_step(model: nn.Module, device: Any = None, *, lr: float = 0.01,
 def cnn_train_flops_per_sample(model: nn.Module, image_size: int, channels: int = 3) -> float:
     """Training FLOPs per image (forward + backward convolutions and matmuls, FlopCounterMode), counted on a
     CPU copy of `model` with a batch of 2 (these FLOPs grow linearly with the batch)."""
-    _check_int("image_size", image_size, 1)
+    checks.positive_int("image_size", image_size)
     m = copy.deepcopy(model).float().cpu()
     x = torch.randn(2, channels, image_size, image_size)
 
@@ -81,14 +78,10 @@ def cnn_train_flops_per_sample(model: nn.Module, image_size: int, channels: int 
 def endless_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
                    prefetch_factor: int | None = 2, persistent_workers: bool = False, seed: int = 0,
                    **kwargs: Any) -> DataLoader:
-    """A DataLoader whose single epoch never ends (random samples with replacement, seeded): one iterator
-    can feed any number of timed calls without an epoch boundary (worker restart) in the middle.
-
-    pin_memory=True is dropped without CUDA (it only helps, and only works, with a GPU). prefetch_factor
-    and persistent_workers only apply with workers.
-    """
-    _check_int("batch_size", batch_size, 1)
-    _check_int("num_workers", num_workers, 0)
+    """A DataLoader whose single epoch never ends (random samples with replacement, seeded): one iterator can
+    feed any number of timed calls without an epoch boundary (a worker restart) in the middle."""
+    checks.positive_int("batch_size", batch_size)
+    checks.positive_int("num_workers", num_workers, minimum=0)
     sampler = RandomSampler(dataset, replacement=True, num_samples=_ENDLESS,
                             generator=torch.Generator().manual_seed(seed))
     extra = dict(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers) if num_workers else {}
@@ -100,7 +93,7 @@ def random_image_batches(n: int, batch_size: int, image_size: int, num_classes: 
                          pin_memory: bool = False, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """`n` random (normalized-image-like, never zero) CPU batches, pinned when asked and CUDA is present."""
     for name, v in (("n", n), ("batch_size", batch_size), ("image_size", image_size), ("num_classes", num_classes)):
-        _check_int(name, v, 1)
+        checks.positive_int(name, v)
     g = torch.Generator().manual_seed(seed)
     pin = pin_memory and torch.cuda.is_available()
     out = []
@@ -113,7 +106,7 @@ def random_image_batches(n: int, batch_size: int, image_size: int, num_classes: 
 
 def time_batch_loading(dataset: Dataset, batch_size: int, batches: int = 5, seed: int = 0) -> float:
     """Median seconds one process takes to load (decode, augment, collate) one batch: num_workers=0, no model."""
-    _check_int("batches", batches, 1)
+    checks.positive_int("batches", batches)
     loader = endless_loader(dataset, batch_size=batch_size, num_workers=0, seed=seed)
     it = iter(loader)
     next(it)  # first batch: file cache, imports
@@ -173,9 +166,9 @@ def epoch_start_times(dataset: Dataset, *, batch_size: int, num_workers: int, ep
     Without persistent workers every epoch forks (or spawns) `num_workers` processes again and waits for
     them to load their first batch; with them the processes stay and only the first batch is waited for.
     """
-    _check_int("num_workers", num_workers, 1)
-    _check_int("epochs", epochs, 2)
-    _check_int("batches_per_epoch", batches_per_epoch, 1)
+    checks.positive_int("num_workers", num_workers)
+    checks.positive_int("epochs", epochs, minimum=2)
+    checks.positive_int("batches_per_epoch", batches_per_epoch)
     res = EpochStarts(num_workers=num_workers, batch_size=batch_size, batches_per_epoch=batches_per_epoch)
     n = batch_size * batches_per_epoch
     for mode, persistent in (("respawn", False), ("persistent", True)):

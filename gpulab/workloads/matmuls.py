@@ -1,13 +1,8 @@
 """Matmuls as workloads, shared by the measuring and tensor-core notebooks (01, 02): one matmul per dtype as a
 callable (FP8 through torch._scaled_mm), many tiny matmuls from a Python loop or a CUDA graph, TFLOP/s sweeps over
-sizes and dtypes, arithmetic intensity, and the layers of the alignment tests (number formats: number_formats.py).
+sizes and dtypes, arithmetic intensity, and the layers of the alignment tests. FLOPs are 2·m·n·k per matmul.
 
-    from gpulab.workloads import matmuls as ml
-    sw = ml.sweep_matmul([256, 1024, 4096], ["fp32", "tf32", "bf16"])   # MatmulSweep, .series("bf16")
-    ml.matmul_intensity(4096, "bf16")                                   # FLOPs per byte of one 4096³ matmul
-
-FLOPs are 2·m·n·k per matmul (a multiply-add is 2 FLOPs), as everywhere in gpulab.
-"""
+    sw = ml.sweep_matmul([256, 1024, 4096], ["fp32", "tf32", "bf16"])   # MatmulSweep, .series("bf16")"""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -23,6 +18,7 @@ from ..measuring.flops import attention_flops, matmul_flops
 from ..measuring.text import pct, si, sig
 from ..measuring.timing import benchmark
 from .models import MLP, Block, GPTConfig, random_matmul_inputs
+from ..measuring.files import JsonRecord
 
 BYTES_PER_ELEMENT = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 FP8_OUT_BYTES = 2  # torch._scaled_mm here writes BF16
@@ -133,7 +129,7 @@ def fmt_tflops(v: float | None) -> str:
 
 
 @dataclass
-class MatmulPoint:
+class MatmulPoint(JsonRecord):
     """One measured matmul: its size, dtype, time and achieved TFLOP/s beside the peaks."""
 
     n: int
@@ -160,10 +156,6 @@ class MatmulPoint:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"frac_datasheet": self.frac_datasheet, "frac_measured": self.frac_measured}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MatmulPoint:
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
     def _repr_html_(self) -> str:
         shape = f"{self.m or self.n}×{self.k or self.n}×{self.n}"
         parts = [f"<b>{shape} {self.dtype.upper()}</b>: {si(self.seconds, 's')}, "
@@ -181,10 +173,8 @@ def measure_matmul(n: int, dtype: str = "bf16", device: DeviceInfo | None = None
                    warmup_s: float = 0.1) -> MatmulPoint:
     """Time one (m×k)@(k×n) matmul in `dtype` (default square n³) and return its MatmulPoint.
 
-    The warm-up is `warmup_s` seconds of matmuls run and thrown away, counted like the timed window (on the
-    device): launches are asynchronous, so a warm-up counted in seconds of launching would queue hundreds of
-    calls of a big matmul (about a thousand 8192³ FP32 matmuls, 20 s, on an H100).
-    """
+    The warm-up is `warmup_s` seconds counted on the device: counted in seconds of launching it would queue about a
+    thousand 8192³ FP32 matmuls (20 s on an H100)."""
     device = device or get_device()
     dtype = check_dtype(dtype)
     why = dtype_support(device, dtype)
@@ -349,11 +339,7 @@ def capture_cuda_graph(fn: Callable[[], Any], warmup: int = 3) -> torch.cuda.CUD
 
 class TinyMatmuls:
     """`n_kernels` independent size³ matmuls per call: launched one by one from Python, or replayed from a
-    CUDA graph (`graph=True`, CUDA only) so the GPU runs them back to back with no launch gaps.
-
-    `flops` is the work of one call. The graph holds `graph_nodes` matmuls and is replayed
-    n_kernels / graph_nodes times per call; the operands stay referenced here for the graph's lifetime.
-    """
+    CUDA graph (`graph=True`, CUDA only) of `graph_nodes` matmuls, so the GPU runs them with no launch gaps."""
 
     def __init__(self, n_kernels: int, size: int = 64, dtype: str = "bf16", device: torch.device | str | None = None,
                  *, graph: bool = False, graph_nodes: int = 4096):

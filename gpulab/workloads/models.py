@@ -264,10 +264,8 @@ def denormalize(x: torch.Tensor) -> torch.Tensor:
 class SyntheticImageDataset(Dataset):
     """Image files on disk, decoded and augmented on the CPU per item: a data pipeline with real CPU cost.
 
-    The images are written once into `root` (deterministic per `seed`); later constructions reuse them.
-    `__getitem__` opens the file with PIL, decodes it, applies a random resized crop, a horizontal flip and
-    colour jitter, and returns a normalized float tensor (3, size, size) and its label.
-    """
+    The images are written once into `root` (deterministic per `seed`) and reused; an item is a PIL decode, a random
+    resized crop, a flip and colour jitter, as a normalized (3, size, size) tensor and its label."""
 
     def __init__(self, root: str | os.PathLike, n_images: int = 2048, size: int = 64, num_classes: int = 10,
                  fmt: str = "jpeg", seed: int = 0, augment: bool = True):

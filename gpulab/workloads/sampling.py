@@ -1,13 +1,9 @@
 """How NVML and GPM report what ran: a reading with its interval, NVML's sample period, and NVML's utilization
 against bursts of GPU work whose busy time is known from CUDA events (shared by notebooks 01 and 02).
 
-    from gpulab.workloads import sampling
     sampling.samples_estimate(run.trace, "nvml_util")         # mean of NVML's samples, interval their quartiles
-    sampling.gpm_estimate(gl.watch(fn), "gpm_tensor_active")  # whole-window GPM value, interval its 1 s readings
     bursts = sampling.run_bursts(work, per_call_s, burst_ms=2, gap_ms=18)   # NVML beside the known busy share
-    sampling.captured_share([bursts])                         # NVML's reading over the true busy time
-    sampling.captured_by_pattern([bursts])                    # the same, one Estimate per burst pattern
-"""
+    sampling.captured_by_pattern([bursts])                    # NVML's reading over the true busy time, per pattern"""
 from __future__ import annotations
 
 import time
@@ -29,13 +25,11 @@ def samples_estimate(trace: Trace | None, metric: str) -> Estimate | None:
 
 
 def gpm_estimate(trace: Trace | None, metric: str, *, steady: bool = False) -> Estimate | None:
-    """The whole-window GPM value of `metric`, its interval the range of the per-interval readings (about 1 s
-    each) inside the window. Without a whole-window value: the samples' estimate; None when not read.
+    """The whole-window GPM value of `metric`, its interval the range of the ~1 s readings inside the window;
+    without a whole-window value the samples' estimate; None when not read.
 
-    `steady` reads the steady state of back-to-back work instead: the first and the last reading are dropped
-    (they hold the start-up and a partial last interval) when at least four were read, and the value is the
-    median of the rest, its interval a 95% confidence interval for that median (their range up to 8 readings).
-    """
+    `steady`: drop the first and the last reading (start-up, a partial interval) when at least four were read, and
+    take the median of the rest with its 95% interval."""
     if trace is None:
         return None
     v = trace.window.get(metric)
@@ -131,13 +125,9 @@ def captured_share(runs: Sequence[BurstRun]) -> Estimate | None:
 
 
 def captured_by_pattern(runs: Sequence[BurstRun]) -> list[Estimate | None]:
-    """Share of each burst pattern's busy time that NVML reported, one Estimate per run (None where a run has no
-    busy period): NVML-weighted time over true busy time pooled over the run's periods, its interval a 95%
-    confidence interval for the median of the per-period ratios (their range up to 8 periods).
-
-    A reading that should equal the busy share on every workload is tested on each pattern: a short-burst
-    pattern and a long-burst one can differ more than the periods of either, so pooling them hides the one
-    that sits further from the claim."""
+    """Share of each burst pattern's busy time that NVML reported, one Estimate per run (None without a busy
+    period), its interval the 95% one for the median of the per-period ratios. A short-burst pattern and a long-burst
+    one can differ more than the periods of either: pooling them hides the one further from the claim."""
     out: list[Estimate | None] = []
     for r in runs:
         periods = [p for p in r.periods if p[3] > 0]

@@ -18,7 +18,6 @@ import torch
 from tqdm.auto import tqdm
 
 from ..measuring.estimates import Estimate, median_interval
-from ..tools.dataloading import _check_int
 from ..measuring.device import as_torch_device, get_device, synchronize
 from ..measuring import checks
 from ..verdicts.experiment import default_min_time, measure
@@ -36,10 +35,8 @@ from .models import GPT, GPTConfig
 class GPTTrainStep:
     """One GPT training step at any batch size: `step(b)` trains on b random sequences of `seq_len` tokens.
 
-    `step(b, accum=k)` splits the b sequences into k micro-batches of b/k, backpropagates each loss / k
-    (gradients add up to those of the mean loss over all b) and takes one AdamW step. Gradients are
-    released (set to None) at the start and end, so between steps only weights and AdamW state stay.
-    """
+    `step(b, accum=k)` takes one AdamW step over k micro-batches of b/k. Gradients are released at the start and
+    end, so between steps only weights and AdamW state stay."""
 
     def __init__(self, config: GPTConfig, seq_len: int | None = None, device: Any = None, *,
                  amp_dtype: torch.dtype | None = None, lr: float = 3e-4, seed: int = 0):
@@ -71,8 +68,8 @@ class GPTTrainStep:
         return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
     def __call__(self, b: int, accum: int = 1) -> None:
-        _check_int("batch size", b, 1)
-        _check_int("accum", accum, 1)
+        checks.positive_int("batch size", b)
+        checks.positive_int("accum", accum)
         if b % accum:
             raise ValueError(f"accum={accum} must divide the batch size {b}")
         self.opt.zero_grad(set_to_none=True)
@@ -96,12 +93,9 @@ def gpt_step_memory_estimate(config: GPTConfig, batch_size: int, seq_len: int | 
                              bytes_per_value: int = 4) -> int:
     """A rough estimate of a GPT training step's memory, for a *simulated* device limit on a CPU.
 
-    Weights, gradients and the two AdamW moments: 16 bytes per parameter (FP32). Activations kept for the
-    backward pass: about 16·d values per layer per token (layer-norm, attention and MLP inputs/outputs) plus
-    2·vocab per token (logits and their softmax), `bytes_per_value` each. Real use differs by the kernels
-    and the allocator; on a GPU measure it (torch.cuda.max_memory_allocated) instead.
-    """
-    _check_int("batch_size", batch_size, 1)
+    16 bytes per parameter (FP32 weights, gradients, two AdamW moments), plus activations: about 16·d values per
+    layer per token and 2·vocab per token (logits and softmax). On a GPU measure it instead."""
+    checks.positive_int("batch_size", batch_size)
     t = seq_len or config.block_size
     d, L, V = config.n_embd, config.n_layer, config.vocab_size
     params = V * d + config.block_size * d + L * 12 * d * d
@@ -122,16 +116,10 @@ def batch_sweep(step: Callable[[int], Any], batch_sizes: Sequence[int], *, seq_l
                 round_s: float | None = None) -> tuple[list[dict[str, Any]], dict[int, RunResult]]:
     """Each batch size through `gl.measure`: time, tokens/s, MFU, NVML/GPM utilization; peak memory on CUDA.
 
-    `step(b)` trains on b sequences of `seq_len` tokens (any callable; a `GPTTrainStep` brings its own `seq_len`
-    and `flops_per_sequence()`). A batch size that runs out of memory (near the limit, the allocator's
-    fragmentation can differ from the search's) gets a row with oom=True and the sweep goes on. `rounds` adds
-    that many short interleaved rounds over the sizes that ran (the order reversed each round, `round_s` timed
-    seconds each, None: a tenth of `min_time_s`) to each size's step times: a step the host launches drifts by
-    10-20% over a minute, and one contiguous window per size samples one moment of that drift, so sizes timed a
-    few seconds apart would differ by when they ran. The rounds spread each size's steps over the whole sweep.
-    The monitor's readings (NVML, GPM) come from each size's own window only. Returns the table rows
-    (JSON-able) and the RunResults by batch size (with their monitor traces).
-    """
+    A batch size that runs out of memory gets a row with oom=True and the sweep goes on. `rounds` adds that many
+    interleaved rounds over the sizes that ran (`round_s` each, None: a tenth of `min_time_s`) to each size's step
+    times: a step the host launches drifts by 10-20% over a minute, so sizes timed seconds apart would differ by
+    when they ran. NVML and GPM come from each size's own window. Returns the rows and the RunResults by size."""
     checks.positive_int("rounds", rounds, minimum=0)
     checks.positive_float("round_s", round_s, allow_none=True)
     dev_info = device if hasattr(device, "is_cuda") else get_device()
@@ -197,19 +185,15 @@ def utilization_rounds(step: Callable[[int], Any], sizes: Sequence[int], *, roun
                        preroll_s: float = 0.2, seq_len: int, flops_per_sequence: float, dtype: str | None = None,
                        device: Any = None, metric: str = "nvml_util", progress: bool = True
                        ) -> tuple[list[dict[str, Any]], dict[int, RunResult], dict[int, list[float | None]]]:
-    """The sizes' monitored windows in `rounds` interleaved rounds (the order reversed each round), each window
-    `window_s` long: the utilization at each size per round, for a difference judged over rounds (`round_rise`).
+    """The sizes' monitored windows in `rounds` interleaved rounds (the order reversed each round), each `window_s`
+    long: the utilization at each size per round, for a difference judged over rounds (`round_rise`).
 
-    One long window per size reads the host's speed of that moment: where the smaller size's step is partly
-    launch-bound, its NVML reading moves with the host's drift over seconds, so two long windows back to back
-    give an interval (the spread of NVML's samples) that misses how far the next run lands. Rounds spread both
-    sizes over the same moments. Before each window the step runs `preroll_s` untimed and unmonitored: NVML's
-    first sample in a window averages a period (up to 1/6 s on a Hopper) that began before it, which must hold
-    this size's work, not the other size's. Returns rows as `batch_sweep`'s (NVML and GPM: the mean over rounds;
-    step time: over all rounds' steps), the RunResults with their step times merged, and per size the `metric`
-    of each round (None where a window got no sample). A size that runs out of memory gets an oom row; the
-    rounds stop there. `progress` shows a bar over the rounds (gone when they end).
-    """
+    Where the smaller size's step is partly launch-bound, its NVML reading moves with the host's drift over seconds,
+    so one long window per size gives an interval that misses how far the next run lands; rounds spread both sizes
+    over the same moments. Before each window the step runs `preroll_s` unmonitored: NVML's first sample averages
+    a period (up to 1/6 s on a Hopper) that began before the window. Returns rows as `batch_sweep`'s, the RunResults
+    with their step times merged, and per size the `metric` of each round (None without a sample); the rounds stop
+    at a size that runs out of memory."""
     checks.positive_int("rounds", rounds)
     checks.positive_float("window_s", window_s)
     checks.positive_float("preroll_s", preroll_s, allow_zero=True)
@@ -310,11 +294,6 @@ def column(rows: Sequence[dict[str, Any]], key: str, scale: float = 1.0) -> list
     return [None if r.get(key) is None else r[key] * scale for r in rows]
 
 
-def row_for(rows: Sequence[dict[str, Any]], key: str, value: Any) -> dict[str, Any] | None:
-    """The first row whose `key` equals `value`, or None."""
-    return next((r for r in rows if r.get(key) == value), None)
-
-
 # ---------------------------------------------------------------- reading a sweep with its spread
 
 def trace_estimate(run: RunResult | None, metric: str) -> Estimate | None:
@@ -341,13 +320,10 @@ def rate_over_windows(run: Any) -> Estimate | None:
 def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: dict[int, float]) -> Estimate | None:
     """The batch size past which a bigger batch buys relatively less throughput than it costs in memory.
 
-    The guide's table (§6.2) marks 32 as the sweet spot: 8 -> 16 -> 32 each raise throughput by more (1.83x,
-    1.73x) than memory (1.5x, 1.56x); 32 -> 64 raises it by less (1.26x for 1.61x the memory). So, over the
-    sizes in order, the sweet spot is the first size whose next step gains a smaller factor of throughput
-    than of memory (the largest size if none does). The interval comes from the throughput intervals: the
-    earliest size whose step *could* gain less, to the first whose step *surely* does. Memory (the
-    allocator's peak) is taken as exact.
-    """
+    The guide's table (§6.2) marks 32: 8 -> 16 -> 32 each raise throughput by more (1.83x, 1.73x) than memory
+    (1.5x, 1.56x); 32 -> 64 by less (1.26x for 1.61x). So the sweet spot is the first size whose next step gains a
+    smaller factor of throughput than of memory (else the largest). The interval runs from the earliest size whose
+    step *could* gain less to the first whose step *surely* does; memory (the allocator's peak) is taken as exact."""
     xs = [b for b in sorted(set(sizes)) if b in throughput and memory.get(b)]
     if not xs:
         return None
@@ -368,12 +344,8 @@ def sweet_spot(sizes: Sequence[int], throughput: dict[int, Estimate], memory: di
 
 
 def run_largest(run: Callable[[int], Any], candidates: Sequence[int], *, device: Any = None) -> tuple[int, Any]:
-    """`run(b)` for the largest batch size in `candidates` that does not run out of memory.
-
-    A batch that fit a search's few steps can still run out of memory in a longer timed run (fragmentation,
-    a second model's buffers): then the next smaller candidate is tried, memory released in between.
-    Returns (the batch size that ran, what `run` returned); raises the last OOM if none ran.
-    """
+    """`run(b)` for the largest batch size in `candidates` that does not run out of memory: a batch that fit a
+    search's few steps can still run out in a longer run; then the next smaller one is tried. Returns (b, result)."""
     sizes = sorted({int(b) for b in candidates}, reverse=True)
     if not sizes or sizes[-1] < 1:
         raise ValueError(f"candidates={list(candidates)!r} must hold positive batch sizes")

@@ -6,18 +6,12 @@
 
 `TrainConfig()` is deliberately naive: FP32, the hand-written attention, a small batch, `.item()` every step,
 no DataLoader workers, no pinned memory, eager mode, GPT-2's unpadded vocabulary. `waterfall_configs()`
-turns those switches on cumulatively for the case study (notebook 08); `precision_config()` gives the
-mixed-precision variants of notebook 07 (FP32, TF32, FP16 with and without a GradScaler, BF16 autocast,
-BF16 weights). The same seed gives the same initial weights and the same data order in every
-configuration (batches are consecutive windows of one seeded stream, so 4 x 16 sequences per step and
-8 x 8 sequences per step see the same data).
-
-The package is split by concern: `config` (TrainConfig and the sequences of configurations), `trainer`
-(the loop), `runs` (measured configurations), `numerics` (number formats and underflow) and `tables`
-(display helpers); every name is importable from `gpulab.workloads.training` as before.
+turns those switches on cumulatively for the case study (notebook 08). The same seed gives the same initial
+weights and the same data order in every configuration (batches are consecutive windows of one seeded stream,
+so 4 x 16 sequences per step and 8 x 8 sequences per step see the same data).
 """
 from __future__ import annotations
-from .config import (CASE_STUDY_MODEL, CASE_STUDY_BATCH, AUTOCAST_DTYPES, PARAM_DTYPES, _STREAM_LENGTH, COMPILE_MODES, TrainConfig, gpt_num_params, describe, waterfall_configs, matched_reference, halve_batch, PRECISION_MODES, precision_config)  # noqa: F401
+from .config import (AUTOCAST_DTYPES, PARAM_DTYPES, _STREAM_LENGTH, COMPILE_MODES, TrainConfig, gpt_num_params, describe, waterfall_configs, halve_batch)  # noqa: F401
 from .trainer import (_attention_backend, cudnn_attention_available, build_model, initial_state, _param_groups, Trainer,  # noqa: F401
                       _timed_steps, train_steps)
 from .result import TrainResult  # noqa: F401
@@ -25,4 +19,4 @@ from .runs import (ConfigRun, measure_config, measure_optimised, optimised_confi
 from .numerics import (FormatInfo, format_info, effective_mantissa_bits, UnderflowReport, gradient_underflow, plot_underflow)  # noqa: F401
 from .tables import (smooth, Table)  # noqa: F401
 
-__all__ = ['CASE_STUDY_MODEL', 'CASE_STUDY_BATCH', 'AUTOCAST_DTYPES', 'PARAM_DTYPES', 'COMPILE_MODES', 'TrainConfig', 'gpt_num_params', 'describe', 'waterfall_configs', 'matched_reference', 'halve_batch', 'PRECISION_MODES', 'precision_config', 'cudnn_attention_available', 'build_model', 'initial_state', 'Trainer', 'TrainResult', 'train_steps', 'ConfigRun', 'measure_config', 'measure_optimised', 'optimised_config', 'per_items', 'with_peak', 'loss_gap_estimate', 'FormatInfo', 'format_info', 'effective_mantissa_bits', 'UnderflowReport', 'gradient_underflow', 'plot_underflow', 'smooth', 'Table']
+__all__ = ['AUTOCAST_DTYPES', 'PARAM_DTYPES', 'COMPILE_MODES', 'TrainConfig', 'gpt_num_params', 'describe', 'waterfall_configs', 'halve_batch', 'cudnn_attention_available', 'build_model', 'initial_state', 'Trainer', 'TrainResult', 'train_steps', 'ConfigRun', 'measure_config', 'measure_optimised', 'optimised_config', 'per_items', 'with_peak', 'loss_gap_estimate', 'FormatInfo', 'format_info', 'effective_mantissa_bits', 'UnderflowReport', 'gradient_underflow', 'plot_underflow', 'smooth', 'Table']

@@ -20,11 +20,6 @@ _STREAM_LENGTH = 10**12  # the data stream is effectively endless: windows at se
 
 # ---------------------------------------------------------------- configuration
 
-# Notebook 08's GPT at full size, which notebook 09 profiles too: GPT-2 small's depth, heads, context and
-# vocabulary at twice its width (128-wide heads, matmuls big enough for a Hopper GPU's tensor cores), and the final
-# loop's batch. The 08 schema in gpulab.verdicts.params takes its full sizes from here.
-CASE_STUDY_MODEL = dict(n_layer=12, n_head=12, n_embd=1536, block_size=1024, vocab_size=50257)
-CASE_STUDY_BATCH = dict(batch_size=32, grad_accum=2, num_workers=4)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -220,14 +215,8 @@ def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, n
                       bf16_weights: bool = True) -> list[tuple[str, TrainConfig]]:
     """The case study's steps, each adding one change to the previous: (label, config) from naive to fast.
 
-    Order: TF32, BF16 autocast, fused AdamW, SDPA attention, a larger batch with gradient accumulation,
-    no per-step .item(), DataLoader workers + pinned memory, the padded vocabulary, cuDNN attention (with
-    `cudnn_attention`, where `cudnn_attention_available` says it runs), the fused lm_head + cross-entropy
-    (with `fused_loss`), BF16 weights and activations with FP32 master weights in place of autocast (with
-    `bf16_weights`), torch.compile.
-    The vocabulary is padded before compiling so the model is compiled once, not twice. Labels do not
-    carry sizes (describe(config) does), so runs of different sizes line up step by step.
-    """
+    The optional steps (cuDNN attention, the fused loss, BF16 weights) come with their flags. The vocabulary is
+    padded before compiling so the model is compiled once. Labels carry no sizes, so runs of different sizes line up."""
     steps = [("naive FP32", naive)]
 
     def add(label: str, **changes: Any) -> None:
@@ -254,55 +243,8 @@ def waterfall_configs(naive: TrainConfig, *, batch_size: int, grad_accum: int, n
     return steps
 
 
-def matched_reference(naive: TrainConfig, final: TrainConfig) -> TrainConfig:
-    """The naive loop's numerics (FP32, manual attention, eager, unpadded) on the final loop's data per step.
-
-    Micro-batches of the naive size, accumulated to the final config's sequences per optimizer step, so
-    both see the same sequences in the same order and take the same number of optimizer steps: what
-    differs is only the arithmetic.
-    """
-    total = final.batch_size * final.grad_accum
-    micro = math.gcd(naive.batch_size, total)
-    return naive.replace(batch_size=micro, grad_accum=total // micro, seq_len=final.seq_len, seed=final.seed,
-                         data_seed=final.data_seed, lr=final.lr, warmup_steps=final.warmup_steps,
-                         sync_every_step=False)
-
-
 def halve_batch(cfg: TrainConfig) -> TrainConfig | None:
     """The same tokens per step in half-size micro-batches (for an out-of-memory retry), or None at 1."""
     if cfg.batch_size < 2 or cfg.batch_size % 2:
         return None
     return cfg.replace(batch_size=cfg.batch_size // 2, grad_accum=cfg.grad_accum * 2)
-
-
-
-
-# ---------------------------------------------------------------- mixed precision (notebook 07)
-
-PRECISION_MODES = {
-    "fp32": "FP32 (PyTorch's default: TF32 off for matmuls)",
-    "tf32": "TF32 matmuls (FP32 storage)",
-    "fp16": "FP16 autocast + GradScaler",
-    "fp16_noscale": "FP16 autocast, no GradScaler",
-    "bf16": "BF16 autocast",
-    "bf16_weights": "BF16 weights, grads and AdamW state",
-    "bf16_master": "BF16 weights + FP32 master weights",
-}
-
-
-def precision_config(mode: str, base: TrainConfig | None = None) -> TrainConfig:
-    """`base` (default: SDPA attention, fused AdamW, no per-step sync) switched to one precision mode.
-
-    Modes: fp32, tf32, fp16 (autocast + GradScaler), fp16_noscale, bf16 (autocast), bf16_weights,
-    bf16_master (BF16 weights and activations, AdamW on an FP32 copy of the weights).
-    """
-    if mode not in PRECISION_MODES:
-        raise ValueError(f"mode={mode!r} is not supported; allowed: {', '.join(PRECISION_MODES)}")
-    base = base or TrainConfig(attn="sdpa", fused_adamw=True, sync_every_step=False)
-    plain = base.replace(tf32=False, autocast=None, grad_scaler=False, param_dtype="fp32")
-    return {"fp32": plain, "tf32": plain.replace(tf32=True),
-            "fp16": plain.replace(autocast="fp16", grad_scaler=True),
-            "fp16_noscale": plain.replace(autocast="fp16"),
-            "bf16": plain.replace(autocast="bf16"),
-            "bf16_weights": plain.replace(param_dtype="bf16"),
-            "bf16_master": plain.replace(param_dtype="bf16", master_weights=True)}[mode]

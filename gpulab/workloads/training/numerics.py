@@ -41,11 +41,9 @@ def format_info(name: str) -> FormatInfo:
 def effective_mantissa_bits(mode: str, device: Any = None, n: int | None = None) -> int | None:
     """Mantissa bits a matmul keeps in `mode` (fp32, tf32, bf16, fp16), measured rather than looked up.
 
-    Rows of X hold 1 + 2^-k for k = 1..30; Y = X @ I only rounds X to what the matmul unit reads (the
-    products by 1 and the sums of zeros are exact). The largest k whose 1 + 2^-k survives is the number of
-    mantissa bits, whatever the rounding mode. Returns None for tf32 where there are no TF32 tensor cores.
-    The matrix is large (1024 on a GPU) so cuBLAS picks a tensor-core kernel, as it would for real work.
-    """
+    Rows of X hold 1 + 2^-k for k = 1..30; Y = X @ I only rounds X to what the matmul unit reads, so the largest k
+    whose 1 + 2^-k survives is the mantissa width. None for tf32 without TF32 tensor cores. The matrix is large
+    (1024 on a GPU) so cuBLAS picks a tensor-core kernel."""
     dev = as_torch_device(device)
     key = check_dtype(mode, ("fp32", "tf32", "bf16", "fp16"), "mode")
     if key == "tf32" and (dev.type != "cuda" or torch.cuda.get_device_capability(dev) < (8, 0)):
@@ -109,11 +107,8 @@ def gradient_underflow(model_cfg: GPTConfig, tokens: torch.Tensor, *, batch_size
                        attn: str = "sdpa", seed: int = 0, bins: int = 48) -> UnderflowReport:
     """Count the gradients FP16 loses: one batch, the same weights, backward in FP32, FP16 and scaled FP16.
 
-    For the logits' gradients (the first tensor backward produces) and the parameters' gradients, the
-    fraction of elements that are non-zero in FP32 but exactly zero in FP16 autocast, and the relative
-    error of the whole gradient. The scaled run multiplies the loss by `init_scale` (GradScaler's
-    starting scale), halving it on overflow as GradScaler does, and divides the gradients back.
-    """
+    For the logits' and the parameters' gradients: the fraction non-zero in FP32 but zero in FP16 autocast, and the
+    relative error. The scaled run multiplies the loss by `init_scale`, halving it on overflow as GradScaler does."""
     dev = as_torch_device(device)
     seq = seq_len or model_cfg.block_size
     ds = TokenDataset(tokens, seq, num_samples=batch_size, seed=seed)

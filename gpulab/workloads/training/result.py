@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...measuring.flops import mfu as _mfu
+from ...measuring.files import JsonRecord
 
 
 def _deprecated(old: str, new: str) -> None:
@@ -17,7 +18,7 @@ def _deprecated(old: str, new: str) -> None:
 
 
 @dataclass
-class TrainResult:
+class TrainResult(JsonRecord):
     """Steps of one configuration: step times, throughput, MFU, peak memory and the loss curve."""
 
     label: str
@@ -94,10 +95,6 @@ class TrainResult:
         d = dataclasses.asdict(self)
         d["summary"] = self.summary()
         return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainResult:
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def __repr__(self) -> str:
         s = self.summary()

@@ -99,16 +99,12 @@ class ConfigRun:
 def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device: DeviceInfo | None = None,
                    min_time_s: float | None = None, monitor: bool = True, peaks: Any = None,
                    keep: bool = False, pipeline: bool = False, rounds: int = 0) -> tuple[ConfigRun, Trainer | None]:
-    """Build `cfg`, time its first step alone, then measure its steps with gpulab.measuring (timing + monitor;
-    the first step was its warm-up, so one untimed step more precedes the timed window).
+    """Build `cfg`, time its first step alone, then measure its steps (timing + monitor).
 
-    On CUDA out-of-memory the micro-batch is halved and the gradient accumulation doubled (same tokens per
-    step) until it fits; the returned ConfigRun's config and notes say so. With keep=True the Trainer is
-    returned open for reuse (e.g. a compiled model), else it is closed and None is returned.
-    `pipeline=True` takes tokens/s over the timed windows' wall time (the loop pulls from a DataLoader);
-    `rounds` adds that many further timed windows of a quarter of `min_time_s` each, so the throughput has
-    an interval (the spread of the window rates) rather than one window's single value.
-    """
+    On CUDA out-of-memory the micro-batch is halved and the accumulation doubled until it fits (the ConfigRun's
+    notes say so). `keep=True` returns the Trainer open for reuse (a compiled model). `pipeline=True` takes tokens/s
+    over the windows' wall time (the loop pulls from a DataLoader); `rounds` adds further windows of a quarter of
+    `min_time_s`, so the throughput has an interval rather than one window's value."""
     from ...verdicts.experiment import default_min_time, measure  # here: experiment is the harness, training a workload
 
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 0:
@@ -164,13 +160,10 @@ def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device
 
 def per_items(run: Any, items: float, *, peak_tflops: float | None = None,
               measured_peak_tflops: float | None = None) -> Any:
-    """A RunResult rescaled to `items` per call (e.g. the same tokens for a naive and a fast step).
+    """A RunResult rescaled to `items` per call, so a Comparison's speedup is the ratio of tokens per second.
 
-    Steps of different batch sizes do different work per call; scaling each timing by items / run.items
-    puts both on "seconds per N tokens", so a Comparison's speedup is the ratio of tokens per second.
-    `peak_tflops` (and `measured_peak_tflops`) replace the peak its MFU is taken against, e.g. the BF16
-    peak for an FP32 run so both sides share one yardstick. The monitor trace is kept as it was.
-    """
+    `peak_tflops` (and `measured_peak_tflops`) replace the peak its MFU is taken against, e.g. the BF16 peak for an
+    FP32 run so both sides share one yardstick."""
     from ...measuring.measurement import Measurement
 
     if not run.items:
@@ -202,11 +195,8 @@ def loss_gap_estimate(losses: list[float], reference: list[float], window: int |
                       min_spread_steps: int = 5) -> Estimate:
     """Signed gap of a run's final loss to a reference run's on the same batches, in % of the reference.
 
-    The value is the gap of the means of the last `window` steps (default: the last 10%, at least 1). The
-    interval is the quartiles of the step-by-step gaps over the last max(window, `min_spread_steps`) steps
-    (widened to hold the value): a short run's final window of one or two steps would give no spread.
-    Shared by notebook 07 (each precision against FP32) and 08 (the final loop against the naive one).
-    """
+    The gap of the means of the last `window` steps (default: the last 10%), its interval the quartiles of the
+    step-by-step gaps over the last max(window, `min_spread_steps`) steps: a window of one step gives no spread."""
     if not losses or len(losses) != len(reference):
         raise ValueError(f"losses ({len(losses)}) and reference ({len(reference)}) must be non-empty and equally long")
     k = max(1, len(losses) // 10) if window is None else window
@@ -223,12 +213,8 @@ def loss_gap_estimate(losses: list[float], reference: list[float], window: int |
 
 def optimised_config(model: Any, *, batch_size: int, grad_accum: int, num_workers: int, compile: bool,
                      device: DeviceInfo | None = None) -> TrainConfig:
-    """The course's optimised training loop (notebook 08's final configuration) for a GPT of shape `model`.
-
-    BF16 weights with FP32 master weights, fused AdamW, flash (or cuDNN) attention, the fused lm_head + loss,
-    no per-step syncs, DataLoader workers with pinned memory, a padded vocabulary and (with `compile`)
-    torch.compile. Notebook 01 judges the guide's "40-60% MFU: good transformer training" on it.
-    """
+    """The course's optimised training loop (notebook 08's final configuration) for a GPT of shape `model`; 01
+    judges "40-60% MFU: good transformer training" on it."""
     from .config import waterfall_configs
     from .trainer import cudnn_attention_available
 

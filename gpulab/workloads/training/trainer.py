@@ -50,11 +50,9 @@ KEEP_INITIAL_STATES = 2  # a model's unpadded and padded weights (notebook 08's 
 def initial_state(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     """The initial weights of `cfg`'s GPT as a CPU FP32 state dict, from cfg.seed: the same on every device.
 
-    Made once per model shape, vocabulary and seed, then reused (the last KEEP_INITIAL_STATES are kept):
-    initialising a 0.4 B-parameter GPT on the CPU takes seconds, and a waterfall builds the same weights a
-    dozen times. The tensors are shared: read them, never write to them. With pad_vocab the real vocabulary
-    rows are exactly the unpadded model's; the padding rows get their own small random values.
-    """
+    Cached per shape, vocabulary and seed (the last KEEP_INITIAL_STATES): a 0.4 B-parameter GPT takes seconds to
+    initialise, and a waterfall builds it a dozen times. Shared tensors: never write to them. With pad_vocab the
+    real rows are exactly the unpadded model's."""
     key = (dataclasses.astuple(cfg.model), cfg.vocab_size, cfg.seed)
     if key in _INITIAL_STATES:
         _INITIAL_STATES.move_to_end(key)
@@ -98,10 +96,8 @@ def _param_groups(params: list[torch.Tensor], weight_decay: float) -> list[dict[
 class Trainer:
     """A GPT, its AdamW, its data stream and one `step()` = one optimizer step, as `cfg` says.
 
-    `reset()` puts the same initial weights back, restarts the data stream and forgets the optimizer
-    state without rebuilding (so a compiled model is not compiled again). Use as a context manager, or
-    call `close()` to stop DataLoader workers and free the model.
-    """
+    `reset()` restores the initial weights, data stream and optimizer state without rebuilding (a compiled model is
+    not compiled again). Use as a context manager, or call `close()`."""
 
     def __init__(self, cfg: TrainConfig, tokens: torch.Tensor, device: Any = None):
         if not isinstance(cfg, TrainConfig):
@@ -293,10 +289,8 @@ def train_steps(cfg: TrainConfig, steps: int, *, tokens: torch.Tensor | None = N
                 progress: bool = False) -> TrainResult:
     """Train `steps` optimizer steps of `cfg` from its initial weights and return what they cost and reached.
 
-    Pass `tokens` (a 1-D tensor of token ids) to build a fresh Trainer, or an existing `trainer` (it is
-    reset first, so a compiled model is reused). The loss curve is synced once at the end unless the config
-    reads it every step. Step time is the median after `warmup_steps` (default: the first 10%, at least 1).
-    """
+    Pass `tokens` for a fresh Trainer, or a `trainer` (reset first, so a compiled model is reused). Step time is
+    the median after `warmup_steps` (default: the first 10%)."""
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps={steps!r} must be a positive integer")
     if trainer is None and tokens is None:

@@ -1,7 +1,7 @@
 """How long an exported page prints: headless Chromium prints it to an A4 PDF, and we count its pages and the
 page of its first figure (the first page that draws an image at least 100 pixels wide).
 
-`python -m gpulab.app.pages PAGE.html ...` prints one line a page. Needs a Chromium (Debian: `apt-get install
+`python tests/_pages.py PAGE.html ...` prints one line a page. Needs a Chromium (Debian: `apt-get install
 chromium`); without one, `find_chromium` says so.
 """
 from __future__ import annotations
@@ -105,16 +105,11 @@ def page_count(html: str | Path) -> PageCount:
         return pdf_pages(pdf.read_bytes())
 
 
-def count_pages(html: str | Path) -> int:
-    """How many A4 pages an HTML page (a file, or its text) prints to in headless Chromium."""
-    return page_count(html).pages
-
-
 def main(argv: list[str] | None = None) -> int:
     """Print each page's A4 page count and the page of its first figure."""
     paths = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
     if not paths:
-        print("usage: python -m gpulab.app.pages PAGE.html ...", file=sys.stderr)
+        print("usage: python tests/_pages.py PAGE.html ...", file=sys.stderr)
         return 2
     total = 0
     for p in paths:
