@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,19 @@ def test_runner_reports_a_failing_notebook_and_goes_on(tmp_path, monkeypatch):
     text = run.summary_md.read_text()
     assert not run.ok and "02_tensor_cores ran but wrote no result file" in text
     assert "01_measuring failed: RuntimeError: cell 3 failed; its results are not shown" in text
+
+
+def test_a_run_id_already_set_is_kept_so_several_calls_share_one_peak_measurement(tmp_path, monkeypatch):
+    pytest.importorskip("papermill")
+    import papermill as pm
+
+    seen = []
+    monkeypatch.setattr(pm, "execute_notebook", lambda *a, **k: seen.append(os.environ["GPULAB_RUN_ID"]))
+    monkeypatch.setenv("GPULAB_RUN_ID", "ref-1")
+    course.run_course(["01"], smoke=True, out=tmp_path / "a", progress=False)
+    monkeypatch.delenv("GPULAB_RUN_ID")
+    course.run_course(["01"], smoke=True, out=tmp_path / "b", progress=False)
+    assert seen[0] == "ref-1" and seen[1].startswith("b-") and "GPULAB_RUN_ID" not in os.environ
 
 
 def test_every_plot_draws_from_result_objects():

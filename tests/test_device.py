@@ -1,3 +1,6 @@
+import os
+import tempfile
+
 import pytest
 import torch
 
@@ -111,7 +114,7 @@ def test_measure_peaks_is_measured_once_per_run(tmp_path, monkeypatch, cpu_devic
     import gpulab.measuring.peaks as d  # measured peaks live in gpulab.measuring.peaks
 
     monkeypatch.setenv("GPULAB_RUN_ID", "run-1")
-    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's shared peaks live in the temp folder
     d._PEAK_CACHE.clear()
     first = measure_peaks(cpu_device, size=32, dtypes=("fp32",))
     assert first.run_id == "run-1" and first.rounds["fp32"]
@@ -122,6 +125,12 @@ def test_measure_peaks_is_measured_once_per_run(tmp_path, monkeypatch, cpu_devic
     assert again.tflops == first.tflops and again.copy_gbs == first.copy_gbs
     monkeypatch.setenv("GPULAB_RUN_ID", "run-2")  # another run measures anew
     d._PEAK_CACHE.clear()
+    with pytest.raises(AssertionError, match="re-measured"):
+        measure_peaks(cpu_device, size=32, dtypes=("fp32",))
+    monkeypatch.setenv("GPULAB_RUN_ID", "run-1")  # the same run, hours later: the GPU may have changed since
+    d._PEAK_CACHE.clear()
+    for f in (tmp_path / "gpulab-peaks").iterdir():
+        os.utime(f, (0, 0))
     with pytest.raises(AssertionError, match="re-measured"):
         measure_peaks(cpu_device, size=32, dtypes=("fp32",))
 
@@ -148,7 +157,7 @@ def test_measure_peaks_keeps_each_rounds_interval_and_shares_it_in_the_run(tmp_p
     import gpulab.measuring.peaks as d
 
     monkeypatch.setenv("GPULAB_RUN_ID", "run-iv")
-    monkeypatch.setenv("GPULAB_RESULTS", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     d._PEAK_CACHE.clear()
     p = measure_peaks(cpu_device, size=32, dtypes=("fp32",), rounds=3)
     r, iv = p.rounds["fp32"], p.round_intervals["fp32"]

@@ -249,7 +249,8 @@ def run_course(selection: Sequence[str] = (), *, smoke: bool = False, out: Path 
     if _inside(run_results, NOTEBOOK_DIR):
         raise ValueError(f"results={run_results} is inside {NOTEBOOK_DIR}; runs never write there")
     latest = results_dir()  # where Jupyter runs write: the latest result of each notebook
-    env = {"GPULAB_RESULTS": str(run_results.resolve()), "GPULAB_RUN_ID": out.resolve().name + f"-{os.getpid()}"}
+    run_id = os.environ.get("GPULAB_RUN_ID") or out.resolve().name + f"-{os.getpid()}"  # set: calls share peaks
+    env = {"GPULAB_RESULTS": str(run_results.resolve()), "GPULAB_RUN_ID": run_id}
     env |= {k: os.environ.get(k, v) for k, v in QUIET_ENV.items()}
     env[AS_REFERENCE_ENV] = "1" if as_reference else ""
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -81,6 +82,7 @@ class MeasuredPeaks(JsonRecord):
 
 
 _PEAK_CACHE: dict[str, MeasuredPeaks] = {}
+RUN_CACHE_S = 6 * 3600  # a run's shared peaks older than this are measured again: the GPU may have changed
 
 
 def copy_bandwidth_gbs(nbytes: int, device: torch.device | None = None, min_time_s: float = 0.3) -> float:
@@ -97,17 +99,17 @@ def copy_bandwidth_gbs(nbytes: int, device: torch.device | None = None, min_time
 
 
 def _run_cache_path(device: DeviceInfo, n: int) -> Path | None:
-    """Where this course run keeps its measured peaks, so every notebook of the run uses the same values."""
+    """The measured peaks shared by the notebooks, checks and runs that have the same GPULAB_RUN_ID (a temp file)."""
     run_id = os.environ.get("GPULAB_RUN_ID")
     if not run_id:
         return None
-    from .files import results_dir
+    import tempfile
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:80]  # two runs side by side (one per GPU) keep apart
-    return results_dir() / device.slug / "peaks" / f"peaks-{n}-{safe}.json"
+    return Path(tempfile.gettempdir()) / "gpulab-peaks" / f"{device.slug}-{device.index}-{n}-{safe}.json"
 
 
 def _load_run_peaks(path: Path | None, dtypes: tuple[str, ...]) -> MeasuredPeaks | None:
-    if path is None or not path.is_file():
+    if path is None or not path.is_file() or time.time() - path.stat().st_mtime > RUN_CACHE_S:
         return None
     try:
         import json

@@ -14,7 +14,7 @@ class Finding:
     """One thing that slows the step: its share of step time, the numbers it rests on, the fix and its lesson."""
 
     kind: str
-    share: float  # of the step's time it explains: an upper bound on what its fix can win (Amdahl)
+    share: float  # of the step's time it explains: what its fix can win by removing it (Amdahl; layout's fix more)
     evidence: dict[str, Any]
     fix: str  # the change as code the user would type
     notebook: str  # the lessons that explain it, e.g. "03_fusion, 09_profiling"
