@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import types
 
 import pytest
 
@@ -29,7 +31,9 @@ def test_launch_passes_the_safe_env_to_torchrun(monkeypatch):
         def communicate(self, timeout=None):
             return "", None
 
-    monkeypatch.setattr(D.subprocess, "Popen", FakePopen)
+    # only gpulab.tools.distributed's Popen: the notebook jobs beside the tests start real processes meanwhile
+    fake = types.SimpleNamespace(Popen=FakePopen, **{k: getattr(subprocess, k) for k in ("PIPE", "STDOUT", "TimeoutExpired")})
+    monkeypatch.setattr(D, "subprocess", fake)
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     run = D.launch("gpulab.tools.distributed:hello", nproc=2, backend="gloo", check=False)
     assert {k: seen["env"][k] for k in D.SAFE_ENV} == D.SAFE_ENV

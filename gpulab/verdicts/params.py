@@ -218,7 +218,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                                VOCAB_SIZE=_opt_int.sized(50304, smoke=512), BATCH_SIZE=_opt_int.sized(16, smoke=2),
                                LOSS_STEPS=_opt_int.sized(120, smoke=25), TIME_SECONDS=_opt_sec.sized(1.0, smoke=0.05),
                                MATMUL_SIZE=_opt_int.sized(8192, smoke=256),
-                               MATMUL_ROUNDS=integer(0, optional=True).sized(12, smoke=4),
+                               MATMUL_ROUNDS=integer(0, optional=True).sized(6, smoke=4),
                                ROUNDS=integer(0, optional=True).sized(4, smoke=2),
                                SMALL_GRAD_MULTIPLIER=number(maximum=1.0, optional=True).sized(2.0**-10),
                                CORPUS_BYTES=_opt_int.sized(4_000_000, smoke=300_000)),
