@@ -169,6 +169,11 @@ def test_the_cpu_rule_note_agrees_with_the_readings_it_gives(gpu_lesson):
     calm = [(0, _run(100.0)), (4, _run(300.0, cpu=85.0))]
     rates, rows = L.utilization_rows(calm)
     assert "host CPU at most 85.0%" in L.check_rule_cpu(gpu_lesson, rows, rates).note
+    # the H200 reference: no workers read 98.1% (the main process's threads), every count with workers far less
+    threads = [(0, _run(490.0, cpu=98.1)), (1, _run(500.0, cpu=7.5)), (16, _run(5000.0, cpu=60.0))]
+    rates, rows = L.utilization_rows(threads)
+    note = L.check_rule_cpu(gpu_lesson, rows, rates).note
+    assert "at most 60.0% over the counts swept; 98.1% with none, where there are none to decrease" in note
 
 
 def test_gpu_claims_on_the_fed_loops_pinned_memory_and_the_prefetcher(gpu_lesson):

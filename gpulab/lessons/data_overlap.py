@@ -205,11 +205,15 @@ def check_rule_cpu(lesson: Any, util_rows: Sequence[dict[str, Any]], rates: dict
     why = why_not(lesson)
     if why:
         return lesson.untested("rule_cpu", why)
-    busy = [r for r in util_rows if r["num_workers"] > 0 and (r["cpu_percent"] or 0) > 90]
+    with_workers = [r for r in util_rows if r["num_workers"] > 0]
+    busy = [r for r in with_workers if (r["cpu_percent"] or 0) > 90]
     if not busy:
-        top = max((r["cpu_percent"] or 0) for r in util_rows) if util_rows else 0
-        return lesson.untested("rule_cpu", f"the rule's condition never holds here: host CPU at most {pct(top, 1)} "
-                                           "over the worker counts swept, never above 90%")
+        top = max(((r["cpu_percent"] or 0) for r in with_workers), default=0)
+        none = max(((r["cpu_percent"] or 0) for r in util_rows if r["num_workers"] == 0), default=0)
+        return lesson.untested("rule_cpu", f"the rule's condition never holds with workers: host CPU at most "
+                                           f"{pct(top, 1)} over the counts swept" + (
+                                               f"; {pct(none, 1)} with none, where there are none to decrease"
+                                               if none > 90 else ""))
     w90, cpu = busy[0]["num_workers"], pct(busy[0]["cpu_percent"], 1)
     fewer = [w for w in rates if 0 < w < w90]
     if not fewer or w90 not in rates:
