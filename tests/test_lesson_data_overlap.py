@@ -300,11 +300,11 @@ def test_every_claim_quotes_the_guide():
 def test_the_paired_worker_claims_keep_their_pairs():
     """All against half, 4 workers against none and prefetch_factor 2 -> 4 are judged on intervals of interleaved
     window pairs: 6 rounds, more (up to 12, 16, 16) only where those leave the claim undecided and only for a bounded
-    time, so the notebook stays within its five minutes on a many-core host (where one round of all the cores'
+    time (15 s a pair), so the notebook stays within its four minutes on a many-core host (where one round of all the cores'
     workers, or one starved window, takes seconds), and an interval that says inconclusive where the ratio sits near
     its band's edge. The starved pair times one batch per call: a window needs at least four calls."""
     cells = (Path(__file__).parents[1] / "notebooks" / "05_data_overlap.ipynb").read_text()
-    assert "EARLY = dict(min_rounds=6, budget_s=30.0) if lesson.gpu else {}" in cells
+    assert "EARLY = dict(min_rounds=6, budget_s=15.0) if lesson.gpu else {}" in cells
     assert 'decided=M.settles(lesson, \\"past_half\\", feeds.paired_ratio)' in cells
     assert 'decided=M.settles(lesson, \\"four_vs_zero\\")' in cells and "batches_per_call=1, **PAIR" in cells
     assert 'decided=M.settles(lesson, \\"prefetch_factor\\", feeds.paired_ratio)' in cells
