@@ -238,7 +238,7 @@ def test_paired_all_over_half_decides_the_claims_about_that_pair(gpu_lesson):
     assert past.verdict == "refuted" and past.side == "higher" and past.note == L.PAIRED
     assert half.measured == pytest.approx(1.0) and tuple(half.interval) == (1.0, 1.0) and half.verdict == "refuted"
     assert thumb.measured == pytest.approx(1 / 1.11) and thumb.interval[1] == pytest.approx(1 / 1.08)
-    assert thumb.verdict == "refuted"
+    assert thumb.verdict == "refuted" and thumb.note == L.PAIRED_THUMB and "1 / (all cores'" in thumb.note
     same = L.check_workers(_lesson(GPU, smoke=False), rates, cores=16, rule_of_thumb=8,
                            all_over_half=Estimate(1.01, 0.99, 1.03))
     assert [c.verdict for c in same[1:4]] == ["confirmed", "confirmed", "confirmed"]

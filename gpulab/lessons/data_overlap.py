@@ -21,6 +21,8 @@ SMOKE_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=F
 PIPE = "samples over the windows' wall time (pipeline); interval from the windows' spread"
 PAIRED = ("all cores' workers / half the cores', interleaved windows; 95% t-interval of the window pairs' mean log "
           "ratio")
+PAIRED_THUMB = ("the rule's workers / the best: 1 / (all cores' workers / half the cores'), interleaved windows; 95% "
+                "t-interval of the window pairs' mean log ratio")
 PAIRED_KNEE = "fewest workers within 5% of the best / cores; the sweep's spread, narrowed by the paired all/half ratio"
 GPU = ("cuda", "full")
 T54 = "guide §5.4 (its table: batch 32, pin_memory=True, 8 cores)"
@@ -144,7 +146,7 @@ def check_workers(lesson: Any, rates: dict[int, Estimate], *, cores: int, rule_o
         past, note["past_half"], note["half_cores"] = all_over_half, PAIRED, PAIRED_KNEE
         best = max(rates, key=lambda k: rates[k].value) if rates else None
         if rule_of_thumb == half and best in (half, cores):  # the best is one of the pair: its share is paired too
-            thumb, note["rule_of_thumb"] = all_over_half.map(lambda v: min(1.0, 1 / v)), PAIRED
+            thumb, note["rule_of_thumb"] = all_over_half.map(lambda v: min(1.0, 1 / v)), PAIRED_THUMB
     four = ratio(rates.get(4), rates.get(0))
     if four_over_zero is not None:
         four, note["four_vs_zero"] = four_over_zero, four_note
