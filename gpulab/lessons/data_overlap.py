@@ -21,8 +21,7 @@ SMOKE_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=F
 PIPE = "samples over the windows' wall time (pipeline); interval from the windows' spread"
 PAIRED = ("all cores' workers / half the cores', interleaved windows; 95% t-interval of the window pairs' mean log "
           "ratio")
-PAIRED_THUMB = ("the rule's workers / the best: 1 / (all cores' workers / half the cores'), interleaved windows; 95% "
-                "t-interval of the window pairs' mean log ratio")
+PAIRED_THUMB = "the rule's workers / the best: 1 / (all cores' workers / half the cores'); " + PAIRED.split(", ", 1)[1]
 PAIRED_KNEE = "fewest workers within 5% of the best / cores; the sweep's spread, narrowed by the paired all/half ratio"
 GPU = ("cuda", "full")
 T54 = "guide §5.4 (its table: batch 32, pin_memory=True, 8 cores)"
@@ -204,18 +203,15 @@ def check_rule_cpu(lesson: Any, util_rows: Sequence[dict[str, Any]], rates: dict
     """"If CPU usage >90%, decrease num_workers": at the first worker count whose host CPU reads above 90%, the
     throughput of the next smaller count the sweep ran (half of it, where it ran) over its own. The note says which
     of the condition or a smaller count is missing, with the reading that decided it."""
-    why = why_not(lesson)
-    if why:
+    if why := why_not(lesson):
         return lesson.untested("rule_cpu", why)
-    with_workers = [r for r in util_rows if r["num_workers"] > 0]
-    busy = [r for r in with_workers if (r["cpu_percent"] or 0) > 90]
+    cpu_at = lambda few: max(((r["cpu_percent"] or 0) for r in util_rows if few(r["num_workers"])), default=0)  # noqa: E731
+    busy = [r for r in util_rows if r["num_workers"] > 0 and (r["cpu_percent"] or 0) > 90]
     if not busy:
-        top = max(((r["cpu_percent"] or 0) for r in with_workers), default=0)
-        none = max(((r["cpu_percent"] or 0) for r in util_rows if r["num_workers"] == 0), default=0)
+        none = f"; {pct(cpu_at(lambda w: w == 0), 1)} with none, where there are none to decrease"
         return lesson.untested("rule_cpu", f"the rule's condition never holds with workers: host CPU at most "
-                                           f"{pct(top, 1)} over the counts swept" + (
-                                               f"; {pct(none, 1)} with none, where there are none to decrease"
-                                               if none > 90 else ""))
+                                           f"{pct(cpu_at(lambda w: w > 0), 1)} over the counts swept"
+                                           + (none if cpu_at(lambda w: w == 0) > 90 else ""))
     w90, cpu = busy[0]["num_workers"], pct(busy[0]["cpu_percent"], 1)
     fewer = [w for w in rates if 0 < w < w90]
     if not fewer or w90 not in rates:
