@@ -309,13 +309,42 @@ def test_config_run_mfu_against_one_peak(tokens, cpu_device):
     run, _ = T.measure_config("tiny", tiny(), tokens, device=cpu_device, min_time_s=0.02, monitor=False)
     assert run.mfu is None and run.mfu_estimate() is None  # no datasheet peak on a CPU
     run.peak_tflops_bf16 = 100.0
-    run.run = T.with_peak(run.run, 25.0)  # its "own dtype" peak
+    run.run = T.with_peak(run.run, 25.0, peak_dtype=run.config.matmul_dtype)  # its "own dtype" peak
     est = run.mfu_estimate()
     assert est.value == pytest.approx(run.tokens_per_s * run.config.flops_per_token() / 100e12)
     assert run.mfu_vs_own_dtype == pytest.approx(4 * run.mfu_vs_bf16) and run.mfu == run.mfu_vs_bf16
     with pytest.warns(DeprecationWarning, match="mfu_vs_own_dtype"):
         assert run.mfu_own == run.mfu_vs_own_dtype
     assert T.with_peak(run.run, None).peak_tflops == 25.0
+
+
+def test_one_peak_for_both_sides_is_named_in_the_mfu_row():
+    """FP32 -> BF16 both against the BF16 peak (07's with_peak, 08's per_items): the row names that peak, not
+    "each side's dtype"; a peak without its dtype is refused."""
+    from gpulab.measuring.measurement import Measurement
+    from gpulab.verdicts.run_result import RunResult
+
+    def side(label, dtype, peak, seconds):
+        return RunResult(label, Measurement(label, [seconds] * 5), flops=1e12, dtype=dtype, peak_tflops=peak,
+                         items=1000, item_name="tokens")
+
+    fp32, bf16 = side("fp32", "fp32", 67.0, 0.02), side("bf16", "bf16", 989.4, 0.004)
+    for b, a in ((T.with_peak(fp32, 989.4, peak_dtype="bf16"), T.with_peak(bf16, 989.4, peak_dtype="bf16")),
+                 (T.per_items(fp32, 2000, peak_tflops=989.4, peak_dtype="bf16"),
+                  T.per_items(bf16, 2000, peak_tflops=989.4, peak_dtype="bf16"))):
+        cmp = gl.Comparison("fp32 -> bf16", b, a)
+        assert b.mfu == pytest.approx(b.tflops / 989.4) and a.peak_dtype is None  # bf16 is its own yardstick
+        assert "MFU (datasheet BF16 peak, both sides)" in repr(cmp) and "each side" not in repr(cmp)
+        assert gl.Comparison.from_dict(json.loads(json.dumps(cmp.to_dict()))).mfu_label() == cmp.mfu_label()
+    assert "each side's dtype" in gl.Comparison("own peaks", fp32, bf16).mfu_label()
+    assert T.with_peak(fp32, None, peak_dtype="bf16").peak_dtype is None  # no peak given: its own stays
+    with pytest.raises(ValueError, match="peak_dtype"):
+        T.with_peak(fp32, 989.4)
+    with pytest.raises(ValueError, match="peak_dtype"):
+        T.per_items(fp32, 2000, peak_tflops=989.4, peak_dtype="bf32")
+    # A saved run from before peak_dtype was recorded: one number on both sides, named as a number.
+    old = gl.Comparison("saved", side("fp32", "fp32", 989.4, 0.02), bf16)
+    assert old.mfu_label() == "MFU (datasheet peak 989.4 TFLOP/s, both sides)"
 
 
 def test_initial_weights_are_made_once_and_shared_read_only(tokens):

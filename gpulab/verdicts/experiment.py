@@ -170,6 +170,9 @@ class Comparison:
         if b and b == a:
             both = ", both sides" if self.before.dtype != self.after.dtype else ""
             return f"MFU (datasheet {b.upper()} peak{both})"
+        peak = self.before.peak_tflops
+        if peak and peak == self.after.peak_tflops:  # one number on both sides, its dtype not recorded (older runs)
+            return f"MFU (datasheet peak {peak:.4g} TFLOP/s, both sides)"
         return "MFU (datasheet peak of each side's dtype)"
 
     def rows(self) -> list[tuple[str, str, str]]:

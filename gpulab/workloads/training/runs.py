@@ -159,11 +159,11 @@ def measure_config(label: str, cfg: TrainConfig, tokens: torch.Tensor, *, device
 
 
 def per_items(run: Any, items: float, *, peak_tflops: float | None = None,
-              measured_peak_tflops: float | None = None) -> Any:
+              measured_peak_tflops: float | None = None, peak_dtype: str | None = None) -> Any:
     """A RunResult rescaled to `items` per call, so a Comparison's speedup is the ratio of tokens per second.
 
-    `peak_tflops` (and `measured_peak_tflops`) replace the peak its MFU is taken against, e.g. the BF16 peak for an
-    FP32 run so both sides share one yardstick."""
+    `peak_tflops` (and `measured_peak_tflops`) replace the peak its MFU is taken against, as in `with_peak`, e.g.
+    the BF16 peak (`peak_dtype="bf16"`) for an FP32 run so both sides share one yardstick."""
     from ...measuring.measurement import Measurement
 
     if not run.items:
@@ -177,18 +177,29 @@ def per_items(run: Any, items: float, *, peak_tflops: float | None = None,
                        windows=[(n, s * k) for n, s in m.windows])  # n calls of k times the items: k times the time
     if m.round_medians:
         meas.meta["round_medians"] = [t * k for t in m.round_medians]
-    return dataclasses.replace(run, measurement=meas, items=items, flops=run.flops * k if run.flops else None,
-                               peak_tflops=peak_tflops if peak_tflops is not None else run.peak_tflops,
-                               measured_peak_tflops=(measured_peak_tflops if measured_peak_tflops is not None
-                                                     else run.measured_peak_tflops))
+    scaled = dataclasses.replace(run, measurement=meas, items=items, flops=run.flops * k if run.flops else None)
+    return with_peak(scaled, peak_tflops, measured_peak_tflops, peak_dtype=peak_dtype)
 
 
-def with_peak(run: Any, peak_tflops: float | None, measured_peak_tflops: float | None = None) -> Any:
-    """The same RunResult with its MFU taken against `peak_tflops` (e.g. the BF16 dense peak for an FP32 or
-    TF32 run, so every precision is measured with one yardstick). None keeps the run's own peak."""
+def with_peak(run: Any, peak_tflops: float | None, measured_peak_tflops: float | None = None, *,
+              peak_dtype: str | None = None) -> Any:
+    """The same RunResult with its MFU taken against `peak_dtype`'s peak `peak_tflops` (e.g. the BF16 dense peak
+    for an FP32 or TF32 run, so every precision is measured with one yardstick). None keeps the run's own peak.
+
+    `peak_dtype` is required with a peak: the table's MFU row names the peak its numbers are divided by."""
+    from ...measuring.dtypes import DTYPES, check_dtype
+
+    if peak_tflops is None:
+        peak_dtype = run.peak_dtype
+    elif peak_dtype is None:
+        raise ValueError(f"peak_dtype is required with peak_tflops={peak_tflops!r}: the dtype whose peak it is "
+                         f"({', '.join(DTYPES)})")
+    else:
+        peak_dtype = check_dtype(peak_dtype, name="peak_dtype")
     return dataclasses.replace(run, peak_tflops=run.peak_tflops if peak_tflops is None else peak_tflops,
                                measured_peak_tflops=(run.measured_peak_tflops if measured_peak_tflops is None
-                                                     else measured_peak_tflops))
+                                                     else measured_peak_tflops),
+                               peak_dtype=peak_dtype if peak_dtype != run.dtype else None)
 
 
 def loss_gap_estimate(losses: list[float], reference: list[float], window: int | None = None,
