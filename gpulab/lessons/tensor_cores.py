@@ -64,7 +64,7 @@ UNTESTABLE = {
     "tiles": "instruction shapes, not throughput: one GPU shows only its own, and only through sizes' effect",
     "kernel_names": "kernel names change with every cuBLAS release; GPM tensor activity above answers the question "
                     "directly",
-    "ncu": "needs Nsight Compute; the equivalent GPM counter is read above through NVML (section 5)"}
+    "ncu": "needs Nsight Compute; the equivalent GPM counter is read above through NVML (section 3)"}
 OTHER_SYSTEMS = {0: "ResNet-50 on an A100", 2: "a ViT on an A100", 3: "BERT-Large on an A100"}
 COLORS = {"fp32": "#7f7f7f", "tf32": "#1f77b4", "bf16": "#2ca02c", "fp16": "#ff7f0e", "fp8": "#9467bd"}
 
