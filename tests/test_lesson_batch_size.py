@@ -151,19 +151,22 @@ def test_a_gpu_run_judges_every_claim_it_has_the_batches_for(gpu_lesson):
     assert util.verdict == "confirmed" and util.measured == pytest.approx(47)  # 45% -> 92%: 47 points
     assert "our sequence length 128 tokens" in util.note
     assert sweet.measured == 32 and mem.verdict == "confirmed" and mem.measured == pytest.approx(45 / 12)
-    assert util12.measured == pytest.approx((53 / 45 - 1) * 100) and "throughput +37.5%" in util12.note
+    # the table's 8, 12 and 16 take about one step time (66.7, 72.7, 72.7 ms): launch-bound, so no verdict
+    assert util12.verdict == speed12.verdict == "not tested" and "66.7 ms at batch 8 and 72.7 ms at 12" in util12.note
     # paired rounds: time ratio 0.80 with 16/12 the tokens per call is a 6.7% gain in tokens/s (work-normalised)
-    paired = M.check_scaling(les, sw, _cmp(0.80, 0.79, 0.81, items=(12 * 128, 16 * 128)))[4]
+    paired = M.check_scaling(les, sw, _cmp(0.80, 0.79, 0.81, items=(12 * 128, 16 * 128), seconds=(0.08, 0.1)))[4]
     assert paired.measured == pytest.approx(0.8 * 16 / 12 * 100 - 100) and "tokens/s" in paired.note
     assert paired.verdict == "confirmed"
     assert gain.measured == pytest.approx(480 / 380 * 100 - 100) and "windows' spread" in gain.note
     # 32 -> 64 in paired rounds: time ratio 0.63 at twice the tokens per call is +26% tokens/s, inside 23-29%
-    paired64 = M.check_scaling(les, sw, paired_32_64=_cmp(0.63, 0.625, 0.635, items=(32 * 128, 64 * 128)))[5]
+    paired64 = M.check_scaling(les, sw, paired_32_64=_cmp(0.63, 0.625, 0.635, items=(32 * 128, 64 * 128),
+                                                     seconds=(0.063, 0.1)))[5]
     assert paired64.measured == pytest.approx(26) and paired64.interval == pytest.approx((25, 27))
     assert paired64.verdict == "confirmed" and "at 64 / at 32 in interleaved rounds" in paired64.note
     b864 = M.check_batch_8_64(les, _cmp(4.0, 3.8, 4.2), 64, seq_len=512)
     assert b864.verdict == "confirmed" and "equal work" in b864.note
-    assert "one step at 512 tokens: 10.0 ms small, 20.0 ms big (2.00x): the GPU sets" in b864.note
+    assert "one step at 512 tokens: 10.0 ms small, 20.0 ms big (2.00x the time for 8x the work): the small step is " \
+        "launch-bound" in b864.note
     eighty = M.check_eighty(les, 64, 51, Estimate(0.97, 0.96, 0.98), "")
     assert eighty.verdict == "confirmed" and "tokens/s" in eighty.note
     slower, memory = M.check_accumulation(les, Estimate(1.25, 1.2, 1.3), 64, 4, 30.0, 10.0)
@@ -214,21 +217,55 @@ def test_utilization_8_64_stands_on_the_rounds_differences_where_they_ran(gpu_le
 
 
 def test_utilization_8_12_stands_on_the_rounds_gains_where_they_ran(gpu_lesson):
-    les, sw = gpu_lesson, _sweep()
+    les, sw = gpu_lesson, _sweep({**GUIDE, 12: (150, 15, 53)})  # one step of 12 takes 80 ms, of 8 66.7 ms
     from_sweep = M.check_scaling(les, sw)[3]
     assert "sweep points" in from_sweep.note and from_sweep.measured == pytest.approx((53 / 45 - 1) * 100)
-    paired = M.check_scaling(les, sw, util_gain_8_12=Estimate(26.0, 22.0, 31.0))[3]
+    assert "the sweep read NVML 45.0% -> 53.0%, throughput +25%" in from_sweep.note
+    paired = M.check_scaling(les, sw, util_gain_8_12=Estimate(26.0, 22.0, 31.0), paired_seq_len=512,
+                             steps_8_12={8: 25.6, 12: 36.0})[3]
     assert (paired.measured, tuple(paired.interval)) == (26.0, (22.0, 31.0))
     assert paired.verdict == "refuted" and "interleaved rounds' gains" in paired.note
-    assert "the sweep read NVML 45.0% -> 53.0%" in paired.note
+    # judged at the rounds' 512 tokens: the note names that length and its step times, not the sweep's 128
+    assert "step 25.6 ms at 8, 36.0 ms at 12; our sequence length 512 tokens" in paired.note
+    assert "128" not in paired.note and "the sweep read" not in paired.note
 
 
 def test_the_throughput_claims_say_where_they_ran_and_what_set_the_step(gpu_lesson):
     les, sw = gpu_lesson, _sweep()
     # eight steps of 8 against one of 64, each step 20 ms: launch-bound, so the ratio is 8x by construction
     flat = M.check_batch_8_64(les, _cmp(8.0, 7.9, 8.1, seconds=(0.16, 0.02)), 64, seq_len=128)
-    assert "(1.00x): the big step costs about what the small one does" in flat.note
-    paired = M.check_scaling(les, sw, paired_32_64=_cmp(0.63, 0.625, 0.635, items=(32 * 512, 64 * 512)),
+    assert flat.verdict == "not tested" and flat.note.startswith("launch-bound at 128 tokens: one step takes 20.0 ms "
+                                                                 "at batch 8 and 20.0 ms at 64 (within 10%)")
+    assert "by the batch ratio, 8x, by construction; measured 8x" in flat.note
+    paired = M.check_scaling(les, sw, paired_32_64=_cmp(0.63, 0.625, 0.635, items=(32 * 512, 64 * 512),
+                                                              seconds=(0.063, 0.1)),
                              paired_seq_len=512)[5]
     assert "our sequence length 512 tokens" in paired.note and "interleaved rounds" in paired.note
     assert "our sequence length 128 tokens" in M.check_scaling(les, sw)[5].note  # the sweep's points: its length
+
+
+def test_a_step_that_takes_the_same_time_at_both_sizes_gets_no_verdict(gpu_lesson):
+    les, sw = gpu_lesson, _sweep()
+    # the H200 at 512 tokens: 28.2 ms a step at 12 and at 16, so tokens/s rises by 16/12 by construction
+    flat = _cmp(1.0, 0.95, 1.05, items=(12 * 512, 16 * 512), seconds=(0.0282, 0.0282))
+    claim = M.check_scaling(les, sw, flat, paired_seq_len=512)[4]
+    assert claim.verdict == "not tested" and claim.measured is None
+    assert claim.note.startswith("launch-bound at 512 tokens: one step takes 28.2 ms at batch 12 and 28.2 ms at 16 "
+                                 "(within 10%)") and "the batch ratio, 1.33x, by construction; measured +33.3%" in claim.note
+    slower = _cmp(0.81, 0.805, 0.815, items=(12 * 512, 16 * 512), seconds=(0.0282, 0.0348))  # 23% longer: judged
+    assert M.check_scaling(les, sw, slower, paired_seq_len=512)[4].verdict == "confirmed"
+    assert M.LAUNCH_BOUND_TOLERANCE == pytest.approx(0.10)
+    # 8 -> 12 on NVML rounds: their own step times decide, within 10% of each other here
+    util = M.check_scaling(les, sw, util_gain_8_12=Estimate(40.8, 30.4, 50.4), paired_seq_len=512,
+                           steps_8_12={8: 25.6, 12: 27.9})[3]
+    assert util.verdict == "not tested" and "25.6 ms at batch 8 and 27.9 ms at 12" in util.note
+    assert "NVML's busy share then grows with the kernels' own time" in util.note and "+40.8%" in util.note
+
+
+def test_the_step_note_says_the_gpu_sets_both_steps_only_near_the_work_ratio(gpu_lesson):
+    # the H200 at 512 tokens: 8 steps of 25.5 ms against one of 75.6 ms, 2.97x the time for 8x the work
+    small = M.check_batch_8_64(gpu_lesson, _cmp(2.7, 2.4, 2.9, seconds=(8 * 0.0255, 0.0756)), 64, seq_len=512)
+    assert small.verdict == "refuted" and "(2.96x the time for 8x the work): the small step is launch-bound" in small.note
+    assert "the GPU sets" not in small.note
+    gpu = M.check_batch_8_64(gpu_lesson, _cmp(1.07, 1.0, 1.1, seconds=(8 * 0.01, 0.075)), 64, seq_len=512)
+    assert gpu.note.endswith("(7.50x the time for 8x the work): the GPU sets both step times")

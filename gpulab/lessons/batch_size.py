@@ -124,8 +124,27 @@ class Sweep:
                       "peak memory"], rows)
 
 
-def _judge(lesson: Any, sw: Sweep, key: str, value: Any, batches: tuple[int, ...] = (), note: str = "") -> Claim:
-    """Check on a GPU run when the batch sizes the claim is about were measured; otherwise say why not."""
+# A bigger batch whose step takes at most this share longer than a smaller one's is launch-bound at both sizes: the
+# host's launches set the step time, so samples/s rises by the batch ratio by construction. 10%: about the spread of
+# the launch floor itself from one measurement to the next (25.5 to 28.2 ms on the reference H200's flat sweep).
+LAUNCH_BOUND_TOLERANCE = 0.10
+
+
+def launch_bound(a: int, b: int, step_a_s: float | None, step_b_s: float | None, seq_len: int | None) -> str | None:
+    """Why batch a -> b cannot be judged on a ratio: one step of b takes at most `LAUNCH_BOUND_TOLERANCE` longer than
+    one of a, so the ratio is b / a by construction. None where the step times differ more, or one is unknown."""
+    if not step_a_s or not step_b_s or step_b_s > (1 + LAUNCH_BOUND_TOLERANCE) * step_a_s:
+        return None
+    at = f" at {seq_len} tokens" if seq_len else ""
+    return (f"launch-bound{at}: one step takes {si(step_a_s, 's')} at batch {a} and {si(step_b_s, 's')} at {b} "
+            f"(within {LAUNCH_BOUND_TOLERANCE:.0%}), so the host's launches, not the GPU, set the step time, and "
+            f"samples/s rises by the batch ratio, {b / a:.3g}x, by construction")
+
+
+def _judge(lesson: Any, sw: Sweep, key: str, value: Any, batches: tuple[int, ...] = (), note: str = "",
+           launch: str | None = None) -> Claim:
+    """Check on a GPU run when the batch sizes the claim is about were measured and `launch` (`launch_bound`'s
+    reason) is None; otherwise say why not."""
     why = lesson.missing(*lesson.spec(key).needs)
     missing = [b for b in batches if b not in sw.by_b]
     if why:
@@ -135,7 +154,15 @@ def _judge(lesson: Any, sw: Sweep, key: str, value: Any, batches: tuple[int, ...
                                     "out of memory in the sweep")
     if value is None:
         return lesson.untested(key, "not measured on this GPU (NVML or GPM unavailable)")
+    if launch:
+        read = f"; measured {value.value:+.3g}% [{value.lo:+.3g}, {value.hi:+.3g}]" if isinstance(value, Estimate) else ""
+        return lesson.untested(key, f"{launch}{read}; {note}")
     return lesson.check(key, value, note)
+
+
+def _steps_s(sw: Sweep, a: int, b: int) -> tuple[float | None, float | None]:
+    """One step's seconds at batch a and at b in a sweep (None where a size did not run)."""
+    return tuple(None if sw.get(x, "step_ms") is None else sw.get(x, "step_ms") / 1e3 for x in (a, b))
 
 
 PAIRED_NOTE = "tokens/s at {b} / at {a} in interleaved rounds: 95% CI of the median pair ratio"
@@ -150,13 +177,16 @@ def paired_gain(cmp: Any) -> Estimate:
 
 def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep | None = None,
                   util_rise: Estimate | None = None, paired_32_64: Any = None,
-                  util_gain_8_12: Estimate | None = None, paired_seq_len: int | None = None) -> list[Claim]:
+                  util_gain_8_12: Estimate | None = None, paired_seq_len: int | None = None,
+                  steps_8_12: dict[int, float | None] | None = None) -> list[Claim]:
     """§6.2's and 002's claims on the sweep: utilization, sweet spot, memory, and throughput gains.
 
     Where they ran, paired runs decide instead of two sweep points, so that one slow window of the sweep does not
     set the interval: `paired_12_16` and `paired_32_64` (tokens/s in interleaved rounds) the "12 -> 16" and
     "32 -> 64" gains, `util` / `util_rise` (batch 8 and 64, `sweeps.round_rise`) "45% -> 92%", `util_gain_8_12`
-    (`sweeps.round_gain`) "8 -> 12: 15-20% better utilization". `paired_seq_len`: their sequence length."""
+    (`sweeps.round_gain`) "8 -> 12: 15-20% better utilization", with `steps_8_12` its rounds' step ms by batch.
+    `paired_seq_len`: their sequence length. A gain between two sizes whose step times are within
+    `LAUNCH_BOUND_TOLERANCE` is not tested (`launch_bound`)."""
     g, ours = sw.get, f"our sequence length {sw.seq_len} tokens (the guide states none)"
     u = util if util is not None and 8 in util.by_b and 64 in util.by_b else sw
     rise, how = difference(u.nvml(64), u.nvml(8)), ""
@@ -167,20 +197,30 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
              if u.get(8, "step_ms") and u.get(64, "step_ms") else "")
     at_sweep = (f"; the sweep at {sw.seq_len} tokens read NVML {pct(g(8, 'nvml_util'), 1)} -> "
                 f"{pct(g(64, 'nvml_util'), 1)}" if u is not sw else "")
-    at_pair = f"our sequence length {paired_seq_len or sw.seq_len} tokens (the guide states none)"
-    g1216, n1216 = sw.gain(12, 16), f"sweep points, step-time quartiles; {ours}"
-    if paired_12_16 is not None:
-        g1216, n1216 = paired_gain(paired_12_16), f"{PAIRED_NOTE.format(a=12, b=16)}; {at_pair}"
-    g3264, n3264 = sw.gain(32, 64), f"sweep points, steps' and windows' spread; {ours}"
-    if paired_32_64 is not None:
-        g3264, n3264 = paired_gain(paired_32_64), f"{PAIRED_NOTE.format(a=32, b=64)}; {at_pair}"
+    long_len = paired_seq_len or sw.seq_len
+    at_pair = f"our sequence length {long_len} tokens (the guide states none)"
+
+    def gain(a: int, b: int, paired: Any, how: str) -> tuple[Estimate | None, str, str | None]:
+        """The a -> b gain, its note, and why not where the step is launch-bound: paired rounds where they ran."""
+        if paired is None:
+            return sw.gain(a, b), f"sweep points, {how}; {ours}", launch_bound(a, b, *_steps_s(sw, a, b), sw.seq_len)
+        return (paired_gain(paired), f"{PAIRED_NOTE.format(a=a, b=b)}; {at_pair}",
+                launch_bound(a, b, paired.before.seconds, paired.after.seconds, long_len))
+
+    g1216, n1216, lb1216 = gain(12, 16, paired_12_16, "step-time quartiles")
+    g3264, n3264, lb3264 = gain(32, 64, paired_32_64, "steps' and windows' spread")
     nv, g812 = ratio(sw.nvml(12), sw.nvml(8)), sw.gain(8, 12)
     util812 = None if nv is None else nv.map(lambda x: (x - 1) * 100)
-    how812 = "sweep points, NVML samples' quartiles"
-    if util_gain_8_12 is not None:
-        util812 = util_gain_8_12
-        how812 = (f"median of the interleaved rounds' gains at {paired_seq_len or sw.seq_len} tokens, order-statistic "
-                  "interval")
+    n812 = (f"sweep points, NVML samples' quartiles; the sweep read NVML {pct(g(8, 'nvml_util'), 1)} -> "
+            f"{pct(g(12, 'nvml_util'), 1)}, throughput " + (f"{g812.value:+.3g}%" if g812 else "n/a") + f"; {ours}")
+    lb812 = launch_bound(8, 12, *_steps_s(sw, 8, 12), sw.seq_len)
+    if util_gain_8_12 is not None:  # judged at the rounds' sequence length: the note names only that one
+        s8, s12 = ((steps_8_12 or {}).get(b) for b in (8, 12))
+        util812, lb812 = util_gain_8_12, launch_bound(8, 12, s8 and s8 / 1e3, s12 and s12 / 1e3, long_len)
+        steps812 = f"; step {si(s8 / 1e3, 's')} at 8, {si(s12 / 1e3, 's')} at 12" if s8 and s12 and not lb812 else ""
+        n812 = f"median of the interleaved rounds' gains, order-statistic interval{steps812}; {at_pair}"
+    if lb812:
+        lb812 += "; NVML's busy share then grows with the kernels' own time, not with how well they use the GPU"
     m8, m64 = g(8, "peak_mem_gb"), g(64, "peak_mem_gb")
     return [
         _judge(lesson, u, "util_8_64", rise, (8, 64),
@@ -191,34 +231,36 @@ def check_scaling(lesson: Any, sw: Sweep, paired_12_16: Any = None, util: Sweep 
         _judge(lesson, sw, "sweet_spot", sw.sweet, (), f"fastest {sw.best}; within 10% of it from {sw.knee}; {ours}"),
         _judge(lesson, sw, "memory_8_64", None if m8 is None or m64 is None else m64 / m8, (8, 64),
                f"{si(m8, 'GB')} -> {si(m64, 'GB')}; the allocator's peak: an exact count; {ours}"),
-        _judge(lesson, sw, "util_8_12", util812, (8, 12),
-               f"{how812}; the sweep read NVML {pct(g(8, 'nvml_util'), 1)} -> {pct(g(12, 'nvml_util'), 1)}, "
-               "throughput " + (f"{g812.value:+.3g}%" if g812 else "n/a") + f"; {ours}"),
-        _judge(lesson, sw, "speed_12_16", g1216, (12, 16), n1216),
-        _judge(lesson, sw, "gain_32_64", g3264, (32, 64), n3264),  # 380 -> 480: +23% to +29%
+        _judge(lesson, sw, "util_8_12", util812, (8, 12), n812, lb812),
+        _judge(lesson, sw, "speed_12_16", g1216, (12, 16), n1216, lb1216),
+        _judge(lesson, sw, "gain_32_64", g3264, (32, 64), n3264, lb3264),  # 380 -> 480: +23% to +29%
     ]
 
 
 def check_batch_8_64(lesson: Any, cmp_batch: Any, b_big: int, b_small: int = 8, seq_len: int | None = None) -> Claim:
     """§6.2's 4x from batch 8 to 64, on equal work; only when 8 against 64 is what ran. Where one step of 64 takes
-    no longer than one of 8 (launch-bound: the host sets both), the ratio is the batch ratio by construction: the
-    note says so beside the verdict."""
+    about what one of 8 does (`launch_bound`), the ratio is the batch ratio by construction: not tested."""
     why = lesson.missing(*lesson.spec("speed_8_64").needs)
     if why or (b_small, b_big) != (8, 64):
         return lesson.untested("speed_8_64", why or f"this run measures batch {b_small} -> {b_big}")
+    n_small = b_big // b_small
+    if launch := launch_bound(b_small, b_big, cmp_batch.before.seconds / n_small, cmp_batch.after.seconds, seq_len):
+        return lesson.untested("speed_8_64", f"{launch}; measured {cmp_batch.speedup:.3g}x")
     return lesson.check("speed_8_64", cmp_batch, "equal work on both sides, so the speedup is the throughput ratio"
-                        + step_note(cmp_batch, b_big // b_small, seq_len))
+                        + step_note(cmp_batch, n_small, seq_len))
 
 
 def step_note(cmp: Any, n_small: int, seq_len: int | None) -> str:
-    """The two step times of an equal-work before/after (n_small small steps against one big one), and whether the
-    GPU or the launches set them: a big step no longer than a small one means the speedup is n_small by construction."""
+    """The two step times of an equal-work before/after (n_small small steps against one big one), and what sets them:
+    the GPU both, where the big step takes about n_small small ones (within `LAUNCH_BOUND_TOLERANCE`); otherwise the
+    small step does less work than its time allows, so the host's launches set its time."""
     small_s, big_s = cmp.before.seconds / n_small, cmp.after.seconds
     at = f" at {seq_len} tokens" if seq_len else ""
-    note = f"; one step{at}: {si(small_s, 's')} small, {si(big_s, 's')} big ({big_s / small_s:.2f}x)"
-    if big_s < 1.5 * small_s:
-        return note + ": the big step costs about what the small one does, so launches, not the GPU, set both"
-    return note + ": the GPU sets the step time"
+    note = (f"; one step{at}: {si(small_s, 's')} small, {si(big_s, 's')} big ({big_s / small_s:.2f}x the time for "
+            f"{n_small}x the work)")
+    if big_s * (1 + LAUNCH_BOUND_TOLERANCE) >= n_small * small_s:
+        return note + ": the GPU sets both step times"
+    return note + ": the small step is launch-bound (the host's launches, not the GPU, set its time)"
 
 
 def check_eighty(lesson: Any, b_top: int, b80: int, share80: Estimate, note: str) -> Claim:
