@@ -19,9 +19,9 @@ from ..tools.traces import union_spans as union  # the busy time of a trace, mer
 NO_GPU = "needs a CUDA GPU (here the model trains on the same CPU cores the workers use); see the reference run"
 SMOKE_WHY = "smoke sizes are too small to time a data pipeline; run with SMOKE=False"
 PIPE = "samples over the windows' wall time (pipeline); interval from the windows' spread"
-PAIRED = ("all cores' workers / half the cores', interleaved windows; 95% t-interval of the window pairs' mean log "
-          "ratio")
-PAIRED_THUMB = "the rule's workers / the best: 1 / (all cores' workers / half the cores'); " + PAIRED.split(", ", 1)[1]
+PAIR_METHOD = "interleaved windows; 95% t-interval of the window pairs' mean log ratio"
+PAIRED = f"all cores' workers / half the cores', {PAIR_METHOD}"
+PAIRED_THUMB = f"the rule's workers / the best: 1 / (all cores' workers / half the cores'); {PAIR_METHOD}"
 PAIRED_KNEE = "fewest workers within 5% of the best / cores; the sweep's spread, narrowed by the paired all/half ratio"
 GPU = ("cuda", "full")
 T54 = "guide §5.4 (its table: batch 32, pin_memory=True, 8 cores)"
@@ -205,13 +205,14 @@ def check_rule_cpu(lesson: Any, util_rows: Sequence[dict[str, Any]], rates: dict
     of the condition or a smaller count is missing, with the reading that decided it."""
     if why := why_not(lesson):
         return lesson.untested("rule_cpu", why)
-    cpu_at = lambda few: max(((r["cpu_percent"] or 0) for r in util_rows if few(r["num_workers"])), default=0)  # noqa: E731
     busy = [r for r in util_rows if r["num_workers"] > 0 and (r["cpu_percent"] or 0) > 90]
-    if not busy:
-        none = f"; {pct(cpu_at(lambda w: w == 0), 1)} with none, where there are none to decrease"
+    if not busy:  # the highest reading with workers, and without (the main process's threads: none to decrease)
+        top, alone = (max(((r["cpu_percent"] or 0) for r in util_rows if (r["num_workers"] > 0) == with_workers),
+                          default=0) for with_workers in (True, False))
         return lesson.untested("rule_cpu", f"the rule's condition never holds with workers: host CPU at most "
-                                           f"{pct(cpu_at(lambda w: w > 0), 1)} over the counts swept"
-                                           + (none if cpu_at(lambda w: w == 0) > 90 else ""))
+                                           f"{pct(top, 1)} over the counts swept" + (
+                                               f"; {pct(alone, 1)} with none, where there are none to decrease"
+                                               if alone > 90 else ""))
     w90, cpu = busy[0]["num_workers"], pct(busy[0]["cpu_percent"], 1)
     fewer = [w for w in rates if 0 < w < w90]
     if not fewer or w90 not in rates:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,7 +104,6 @@ def _run_cache_path(device: DeviceInfo, n: int) -> Path | None:
     run_id = os.environ.get("GPULAB_RUN_ID")
     if not run_id:
         return None
-    import tempfile
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:80]  # two runs side by side (one per GPU) keep apart
     return Path(tempfile.gettempdir()) / "gpulab-peaks" / f"{device.slug}-{device.index}-{n}-{safe}.json"
 
