@@ -237,8 +237,8 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                          BATCH=_opt_int.sized(4096, smoke=16), STEPS_PER_CALL=_opt_int.sized(3, smoke=2),
                          PROFILE_STEPS=_opt_int.sized(2), OVERHEAD_BLOCKS=_opt_int.sized(128, smoke=8),
                          LAUNCH_BOUND_BLOCKS=_opt_int.sized(40, smoke=8),
-                         BLOCK_S=_opt_sec.sized(0.08, smoke=0.005), OVERHEAD_ROUNDS=_opt_int.sized(240, smoke=2),
-                         LAUNCH_BOUND_ROUNDS=_opt_int.sized(60, smoke=2),
+                         BLOCK_S=_opt_sec.sized(0.08, smoke=0.005), OVERHEAD_ROUNDS=_opt_int.sized(120, smoke=2),
+                         LAUNCH_BOUND_ROUNDS=_opt_int.sized(30, smoke=2),
                          ROUND_S=_opt_sec.sized(0.1, smoke=0.01),
                          SMALL=Param(lambda n, v: v if v is None else _int_dict(n, v, ("D", "DEPTH", "BATCH")),
                                      "a dict of ints: D, DEPTH, BATCH, or None").sized(
