@@ -196,6 +196,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                            COPY_MB=_opt_int.sized(256, smoke=16), OVERLAP_CHUNKS=_opt_int.sized(8, smoke=4),
                            OVERLAP_CHUNK_MB=_opt_int.sized(64, smoke=8), MIN_TIME_S=_opt_sec.sized(None, smoke=0.05),
                            LOOP_MIN_TIME_S=_opt_sec.sized(1.5, smoke=0.05), LOOP_ROUNDS=_opt_int.sized(24, smoke=3),
+                           STREAM_ROUNDS=_opt_int.sized(8, smoke=3),
                            TRAIN_MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(64, smoke=3),
                            QUEUED_MS=number(optional=True).sized(20, smoke=2)),
     "05_data_overlap": dict(SMOKE=boolean(), N_IMAGES=_opt_int.sized(2048, smoke=48),
