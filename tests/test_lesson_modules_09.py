@@ -121,9 +121,9 @@ def test_launch_bound_verdicts_stand_on_each_trackers_own_time(smoke_run):
 def test_the_guide_tracker_takes_enough_pairs_for_its_bar():
     """H100 runs read the guide's tracker at 0.44-0.79% of the GPU-bound step against a 1% bar on 240 pairs; 120
     pairs widen that about 1.4x (to about 0.37-0.86%), still under the bar, and put the median's 95% interval between
-    the 49th and the 72nd sorted difference. The H200 read 1.08% [0.93, 1.16] on 240 pairs, on its bar: 120 of those
-    pairs drawn at random read it undecided in 95 draws of 100, as 240 did, and no count that fits the notebook's
-    time would decide it there."""
+    the 49th and the 72nd sorted difference. The H200 read 1.08% [0.93, 1.16] on 240 pairs, on its bar: resampling
+    those pairs, 240 read it undecided in 77 draws of 100 (refuted in 23) and 120 in 89 (refuted in 11), confirmed
+    in none either way; no count that fits the notebook's time decides it there."""
     from gpulab.measuring.estimates import median_interval
     from gpulab.verdicts.params import SCHEMAS
 
