@@ -237,7 +237,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           COMPILE_MODE=one_of(*COMPILE_MODES), COMPILE_IN_SMOKE=boolean()),
     "09_profiling": dict(SMOKE=boolean(), D=_opt_int.sized(1024, smoke=32), DEPTH=_opt_int.sized(8, smoke=2),
                          BATCH=_opt_int.sized(4096, smoke=16), STEPS_PER_CALL=_opt_int.sized(3, smoke=2),
-                         PROFILE_STEPS=_opt_int.sized(2), OVERHEAD_BLOCKS=_opt_int.sized(128, smoke=8),
+                         PROFILE_STEPS=_opt_int.sized(2), OVERHEAD_BLOCKS=_opt_int.sized(96, smoke=8),
                          LAUNCH_BOUND_BLOCKS=_opt_int.sized(40, smoke=8),
                          BLOCK_S=_opt_sec.sized(0.08, smoke=0.005), OVERHEAD_ROUNDS=_opt_int.sized(120, smoke=2),
                          LAUNCH_BOUND_ROUNDS=_opt_int.sized(30, smoke=2),
