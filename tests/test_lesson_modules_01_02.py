@@ -45,7 +45,9 @@ def test_sizes_live_in_the_schemas():
     assert SCHEMAS["02_tensor_cores"]["BIG_N"].size_for(False) == 8192
     assert SCHEMAS["02_tensor_cores"]["ROUNDS"].size_for(True) == 2
     few, rounds = (SCHEMAS["02_tensor_cores"][k].size_for(False) for k in ("FEW_ROUNDS", "ROUNDS"))
-    assert 3 <= few < rounds  # wide-margin comparisons still get a median-of-rounds interval
+    # Wide-margin comparisons (FP8 1.90x against 3.5-4.5x, alignment 4.46x and 2.62x against 1.05x on the H200) still
+    # get two rounds beside the first window: three ratios, their range; the pairs near their band get more.
+    assert 2 <= few < rounds
 
 
 def test_02_leaves_the_tf32_8x_sentence_to_07():

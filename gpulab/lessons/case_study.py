@@ -137,17 +137,18 @@ def step_with(steps: list[Any], field: str) -> tuple[Any, Any]:
 
 
 # The judged gain whose interval sits at its bar on the reference H200 (torch.compile: 1.01-1.04x against 1.02x): its
-# two steps keep every round. The other gains and floors clear their bars by 10% or more (1.27x and 1.14x against
-# 1.02x; 12.6x against 10x; 4.5% MFU against 10%): half the rounds, whose range still clears them.
+# two steps keep every round. The other gains and floors clear their bars by 10% or more (1.26x [1.25, 1.27] and
+# 1.14x [1.13, 1.15] against 1.02x; 12.6x [12.5, 12.7] against 10x; 4.5% MFU against 10%) with windows that agreed to
+# within 1.4%: two rounds (three windows, their range) still clear them.
 NEAR_BAR = ("compile",)
 
 
 def waterfall_rounds(configs: list[tuple[str, Any]], rounds: int) -> list[int]:
     """Further timed windows per waterfall step: `rounds` for the two steps of a judged gain near its bar
-    (NEAR_BAR), half of them (at least 2) for the other steps a verdict reads (the naive and the last step; each
-    judged step and the step before it), at most 2 elsewhere. On an H200 a round of a 0.35-0.55 s step is four
-    steps (one warm-up, three timed): 8 rounds on every step took about 70 s of the notebook's 4 minutes, most of
-    it on intervals no verdict reads or that clear their bars many times over."""
+    (NEAR_BAR), at most 2 for the other steps a verdict reads (the naive and the last step; each judged step and the
+    step before it), at most 1 elsewhere (two windows: their range is the table's interval). On an H200 a round of a
+    0.35-0.55 s step is four steps (one warm-up, three timed): 8 rounds on every step took about 70 s of the
+    notebook's 4 minutes, most of it on intervals no verdict reads or that clear their bars many times over."""
     judged_fields = {f for k, f in STEP_FIELDS.items() if k not in NOT_JUDGED_HERE}
     read, near = {0, len(configs) - 1}, set()
     for field in judged_fields:
@@ -155,8 +156,7 @@ def waterfall_rounds(configs: list[tuple[str, Any]], rounds: int) -> list[int]:
         if i is not None:
             read |= {i - 1, i}
             near |= {i - 1, i} if field in NEAR_BAR else set()
-    return [rounds if i in near else min(rounds, max(2, rounds // 2)) if i in read else min(rounds, 2)
-            for i in range(len(configs))]
+    return [rounds if i in near else min(rounds, 2) if i in read else min(rounds, 1) for i in range(len(configs))]
 
 
 class Proxies:

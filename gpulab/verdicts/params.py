@@ -171,7 +171,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                             SIZE_SMALL=_opt_int.sized(512, smoke=32), ALIGN_N=integer(2, optional=True).sized(4096, smoke=128),
                             ALIGN_BATCH=_opt_int.sized(32, smoke=4), ALIGN_SEQ=_opt_int.sized(1024, smoke=64),
                             ALIGN_HIDDEN=_opt_int.sized(768, smoke=64), ALIGN_HEADS=_opt_int.sized(12, smoke=4),
-                            ROUNDS=_opt_int.sized(12, smoke=2), FEW_ROUNDS=_opt_int.sized(4, smoke=2)),
+                            ROUNDS=_opt_int.sized(12, smoke=2), FEW_ROUNDS=_opt_int.sized(2, smoke=2)),
     "03_fusion": dict(SMOKE=boolean(), ELEMENTWISE_NUMEL=_opt_int.sized(1 << 26, smoke=1 << 18),
                       MODEL=gpt_dict(optional=True).sized(
                           dict(vocab_size=8192, n_layer=4, n_head=8, n_embd=512, block_size=256),
