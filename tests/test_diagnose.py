@@ -266,6 +266,44 @@ def test_a_loader_feeds_the_step_and_its_wait_is_measured():
     assert 0.0 <= d.evidence["loader_wait_share"] <= 1.0 and d.evidence["loader_wait_ms"] >= 0.0
 
 
+def test_the_profile_replays_batches_so_a_slow_loader_stays_out_of_it(monkeypatch):
+    """A main-process decode of many small ops made the profile take 51 s on a 15 s budget (the H200's starving
+    loader): the profile now runs on batches drawn before it, and the loader's wait is added back as idle."""
+    from gpulab.tools.diagnosis import evidence as E
+
+    model, opt, make_batch = _tiny()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*make_batch(32)), batch_size=4)
+    feed = E.Feed(loader, torch.device("cpu"))
+    drawn = {}
+
+    def profile_evidence(step, step_ms):
+        before = feed.taken
+        for _ in range(5):
+            step()
+        drawn["while profiling"] = feed.taken - before
+        return {"profiled_step_ms": 10.0, "classes": {"matmul_fp32": 0.5}, "kernels_per_step": 3.0,
+                "optimizer_range_ms": 1.0, "busy": 0.8, "idle": {"host_launching": 0.1, "after_sync": 0.0,
+                                                                "queued": 0.1}, "sync_wait": 0.0}
+
+    monkeypatch.setattr(E, "profile_evidence", profile_evidence)
+    step = lambda: feed.next()  # noqa: E731
+    ev = E.collect(step, device=torch.device("cpu"), feed=feed, min_time_s=0.01)
+    assert drawn["while profiling"] == 0 and ev["loader_wait_share"] is not None
+
+
+def test_a_replayed_profile_becomes_shares_of_the_whole_step():
+    from gpulab.tools.diagnosis.evidence import with_loader_wait
+
+    prof = {"profiled_step_ms": 30.0, "classes": {"matmul_tc": 0.6}, "busy": 0.7, "sync_wait": 0.1,
+            "idle": {"host_launching": 0.2, "after_sync": 0.1, "queued": 0.0}}
+    out = with_loader_wait(prof, 0.25)  # the step waits a quarter of its time for data
+    assert out["profiled_step_ms"] == pytest.approx(40.0) and out["classes"]["matmul_tc"] == pytest.approx(0.45)
+    assert out["busy"] == pytest.approx(0.525) and out["sync_wait"] == pytest.approx(0.075)
+    assert out["idle"] == pytest.approx({"host_launching": 0.4, "after_sync": 0.075, "queued": 0.0})
+    assert out["busy"] + sum(out["idle"].values()) == pytest.approx(prof["busy"] + sum(prof["idle"].values()))
+    assert with_loader_wait(prof, 0.0) == prof
+
+
 def test_the_gpu_script_runs_a_case_at_smoke_size(tmp_path):
     """tests/gpu_diagnose_cases.py (run by hand on a GPU) on one case at tiny sizes: a JSON and a summary row."""
     import importlib.util

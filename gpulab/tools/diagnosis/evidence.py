@@ -4,6 +4,8 @@ Everything lands in one JSON-ready dict that rules.py reads (its keys are listed
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +30,23 @@ class Feed:
     def __init__(self, loader: Any, device: torch.device):
         self.loader, self.device, self.wait_s, self.taken = loader, device, 0.0, 0
         self._it = iter(loader)
+        self._serve: Callable[[], tuple[Any, Any]] | None = None  # set while replaying
+
+    @contextlib.contextmanager
+    def replaying(self, n: int):
+        """Serve `n` batches drawn now, in turn, until the block ends: a profile then records the step's own work,
+        not the loader's (a main-process decode's thousands of small ops made one profile take 51 s of 15)."""
+        batches = [self.next() for _ in range(n)]
+        served = itertools.count()
+        self._serve = lambda: batches[next(served) % n]
+        try:
+            yield
+        finally:
+            self._serve = None
 
     def next(self) -> tuple[Any, Any]:
+        if self._serve is not None:
+            return self._serve()
         t0 = time.perf_counter()
         try:
             xb, yb = next(self._it)
@@ -111,18 +128,44 @@ def profile_evidence(step: Callable[[], Any], step_ms: float) -> dict[str, Any]:
     return out
 
 
+def with_loader_wait(prof: dict[str, Any], wait: float) -> dict[str, Any]:
+    """A profile of the step on ready batches, as shares of the whole step that also waits `wait` of its time for
+    the loader: each share shrinks by (1 - wait), and the wait joins the host's idle (no kernel runs meanwhile)."""
+    keep = 1.0 - min(max(wait, 0.0), 1.0)
+    out = dict(prof)
+    out["profiled_step_ms"] = prof["profiled_step_ms"] / keep if keep > 0 else prof["profiled_step_ms"]
+    out["classes"] = {k: v * keep for k, v in (prof.get("classes") or {}).items()}
+    out["sync_wait"] = prof.get("sync_wait", 0.0) * keep
+    if prof.get("busy") is not None:
+        out["busy"] = prof["busy"] * keep
+    if prof.get("idle") is not None:
+        out["idle"] = {k: v * keep for k, v in prof["idle"].items()}
+        out["idle"]["host_launching"] = out["idle"].get("host_launching", 0.0) + (1.0 - keep)
+    return out
+
+
 def collect(step: Callable[[], Any], *, device: torch.device, model: torch.nn.Module | None = None,
             optimizer: torch.optim.Optimizer | None = None, batch_size: int | None = None, feed: Feed | None = None,
             min_time_s: float = 0.3, tick: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Every piece of evidence the rules read, from running `step` (its side effects are the caller's to undo)."""
 
     gpu = device.type == "cuda"
-    ev: dict[str, Any] = {"gpu": gpu, "device": str(device), "batch_size": batch_size}
+    ev: dict[str, Any] = {"gpu": gpu, "device": str(device), "batch_size": batch_size, "loader_wait_share": None,
+                          "loader_wait_ms": None}
     tick("timing the step")
     step()  # the first step allocates the optimizer's state
     ev["step_ms"] = benchmark(step, min_time_s=min_time_s, device=device, min_repeats=3).median * 1e3
+    if feed is not None:  # the wait first: the profile below replays batches, so it holds the step's own work
+        tick("loader wait")
+        ev |= loader_wait(step, feed, max(0.5, 3 * min_time_s), gpu)
+        ev["loader_workers"] = getattr(feed.loader, "num_workers", None)
     tick("profiling")
-    ev |= profile_evidence(step, ev["step_ms"])
+    if feed is None:
+        ev |= profile_evidence(step, ev["step_ms"])
+    else:
+        with feed.replaying(3):
+            ev |= with_loader_wait(profile_evidence(step, ev["step_ms"] * (1 - ev["loader_wait_share"])),
+                                   ev["loader_wait_share"])
     tick("syncs and memory")
     syncs = find_syncs(step)
     ev["syncs_per_step"] = None if syncs is None else float(len(syncs))
@@ -134,11 +177,6 @@ def collect(step: Callable[[], Any], *, device: torch.device, model: torch.nn.Mo
         facts["share"] = min(1.0, ev.pop("optimizer_range_ms") / ev["profiled_step_ms"]) \
             if ev["profiled_step_ms"] > 0 else 0.0
     ev["optimizer"] = facts
-    ev["loader_wait_share"] = ev["loader_wait_ms"] = None
-    if feed is not None:
-        tick("loader wait")
-        ev |= loader_wait(step, feed, max(0.5, 3 * min_time_s), gpu)
-        ev["loader_workers"] = getattr(feed.loader, "num_workers", None)
     ev["mfu"] = _mfu(step, ev["step_ms"] / 1e3, gpu)
     return ev
 
