@@ -177,7 +177,7 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           dict(vocab_size=8192, n_layer=4, n_head=8, n_embd=512, block_size=256),
                           smoke=dict(vocab_size=512, n_layer=2, n_head=2, n_embd=64, block_size=64)),
                       INFER_MODEL=gpt_dict(optional=True).sized(
-                          dict(vocab_size=2048, n_layer=2, n_head=8, n_embd=512, block_size=128),
+                          dict(vocab_size=2048, n_layer=1, n_head=8, n_embd=512, block_size=128),
                           smoke=dict(vocab_size=512, n_layer=2, n_head=2, n_embd=64, block_size=64)),
                       TRAIN_BATCH=_opt_int.sized(128, smoke=4), INFER_BATCH=_opt_int.sized(2),
                       INFER_SEQ=_opt_int.sized(128, smoke=32),
