@@ -50,7 +50,7 @@ def test_sizes_come_from_the_schema(cpu_device):
     lesson, ns = _lesson(cpu_device)
     assert (ns["N_LAYER"], ns["BATCH_SIZE"], ns["LOSS_STEPS"], ns["ROUNDS"]) == (2, 2, 25, 2)
     full = {k: p.size_for(False) for k, p in SCHEMAS[NAME].items() if p.has_default}
-    assert full["N_EMBD"] == 768 and full["VOCAB_SIZE"] == 50304 and full["MATMUL_ROUNDS"] == 6
+    assert full["N_EMBD"] == 768 and full["VOCAB_SIZE"] == 50304 and full["MATMUL_ROUNDS"] == 4
     assert full["SMALL_GRAD_MULTIPLIER"] == 2**-10 and ns["SMALL_GRAD_MULTIPLIER"] == 2**-10
     assert lesson.result.params["LOSS_STEPS"] == 25
 

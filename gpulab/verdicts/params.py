@@ -177,14 +177,14 @@ SCHEMAS: dict[str, dict[str, Param]] = {
                           dict(vocab_size=8192, n_layer=4, n_head=8, n_embd=512, block_size=256),
                           smoke=dict(vocab_size=512, n_layer=2, n_head=2, n_embd=64, block_size=64)),
                       INFER_MODEL=gpt_dict(optional=True).sized(
-                          dict(vocab_size=2048, n_layer=2, n_head=8, n_embd=512, block_size=128),
+                          dict(vocab_size=2048, n_layer=1, n_head=8, n_embd=512, block_size=128),
                           smoke=dict(vocab_size=512, n_layer=2, n_head=2, n_embd=64, block_size=64)),
                       TRAIN_BATCH=_opt_int.sized(128, smoke=4), INFER_BATCH=_opt_int.sized(2),
                       INFER_SEQ=_opt_int.sized(128, smoke=32),
                       SWEEP_MODES=list_of(one_of(*COMPILE_MODES), optional=True).sized(
                           ["default", "reduce-overhead", "max-autotune-no-cudagraphs"]),
                       TIME_BUDGET_S=_opt_sec.sized(270), MIN_TIME_S=_opt_sec.sized(0.25, smoke=0.05),
-                      TRAIN_MIN_TIME_S=_opt_sec.sized(2.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(6, smoke=3),
+                      TRAIN_MIN_TIME_S=_opt_sec.sized(1.0, smoke=0.05), TRAIN_ROUNDS=_opt_int.sized(6, smoke=3),
                       COMPILE_ALL=Param(lambda n, v: v if v is None else _bool(n, v), "True, False or None").sized(
                           True, smoke=False)),
     "04_sync_points": dict(SMOKE=boolean(),
@@ -218,9 +218,9 @@ SCHEMAS: dict[str, dict[str, Param]] = {
     "07_mixed_precision": dict(SMOKE=boolean(), N_LAYER=_opt_int.sized(8, smoke=2), N_HEAD=_opt_int.sized(12, smoke=2),
                                N_EMBD=_opt_int.sized(768, smoke=64), SEQ_LEN=_opt_int.sized(512, smoke=32),
                                VOCAB_SIZE=_opt_int.sized(50304, smoke=512), BATCH_SIZE=_opt_int.sized(16, smoke=2),
-                               LOSS_STEPS=_opt_int.sized(120, smoke=25), TIME_SECONDS=_opt_sec.sized(1.0, smoke=0.05),
+                               LOSS_STEPS=_opt_int.sized(80, smoke=25), TIME_SECONDS=_opt_sec.sized(1.0, smoke=0.05),
                                MATMUL_SIZE=_opt_int.sized(8192, smoke=256),
-                               MATMUL_ROUNDS=integer(0, optional=True).sized(6, smoke=4),
+                               MATMUL_ROUNDS=integer(0, optional=True).sized(4),
                                ROUNDS=integer(0, optional=True).sized(4, smoke=2),
                                SMALL_GRAD_MULTIPLIER=number(maximum=1.0, optional=True).sized(2.0**-10),
                                CORPUS_BYTES=_opt_int.sized(4_000_000, smoke=300_000)),
