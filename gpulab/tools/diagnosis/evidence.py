@@ -34,8 +34,7 @@ class Feed:
 
     @contextlib.contextmanager
     def replaying(self, n: int):
-        """Serve `n` batches drawn now, in turn, until the block ends: a profile then records the step's own work,
-        not the loader's (a main-process decode's thousands of small ops made one profile take 51 s of 15)."""
+        """Serve `n` batches drawn now, in turn, until the block ends (the loader's own work then stays out)."""
         batches = [self.next() for _ in range(n)]
         served = itertools.count()
         self._serve = lambda: batches[next(served) % n]
@@ -159,25 +158,24 @@ def collect(step: Callable[[], Any], *, device: torch.device, model: torch.nn.Mo
         tick("loader wait")
         ev |= loader_wait(step, feed, max(0.5, 3 * min_time_s), gpu)
         ev["loader_workers"] = getattr(feed.loader, "num_workers", None)
-    tick("profiling")
-    if feed is None:
-        ev |= profile_evidence(step, ev["step_ms"])
-    else:
-        with feed.replaying(3):
-            ev |= with_loader_wait(profile_evidence(step, ev["step_ms"] * (1 - ev["loader_wait_share"])),
-                                   ev["loader_wait_share"])
-    tick("syncs and memory")
-    syncs = find_syncs(step)
-    ev["syncs_per_step"] = None if syncs is None else float(len(syncs))
-    ev["sync_calls"] = syncs or []
-    ev["memory_headroom"] = memory_headroom(step, device)
+    # The rest runs on batches drawn now: a profile, the sync search and the FLOP count hold the step's own work,
+    # not a main-process decode's thousands of small ops (one profile of those took 51 s of a 15 s budget).
+    with feed.replaying(3) if feed is not None else contextlib.nullcontext():
+        tick("profiling")
+        wait = ev["loader_wait_share"] or 0.0
+        ev |= with_loader_wait(profile_evidence(step, ev["step_ms"] * (1 - wait)), wait)
+        tick("syncs and memory")
+        syncs = find_syncs(step)
+        ev["syncs_per_step"] = None if syncs is None else float(len(syncs))
+        ev["sync_calls"] = syncs or []
+        ev["memory_headroom"] = memory_headroom(step, device)
+        ev["mfu"] = _mfu(step, ev["step_ms"] / 1e3, gpu)
     ev |= model_facts(model)
     facts = optimizer_facts(optimizer, gpu)
     if facts is not None:
         facts["share"] = min(1.0, ev.pop("optimizer_range_ms") / ev["profiled_step_ms"]) \
             if ev["profiled_step_ms"] > 0 else 0.0
     ev["optimizer"] = facts
-    ev["mfu"] = _mfu(step, ev["step_ms"] / 1e3, gpu)
     return ev
 
 
