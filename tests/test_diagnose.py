@@ -248,6 +248,19 @@ def test_a_trial_times_the_fix_on_copies(kind):
     assert _same(weights, model.state_dict()) and opt.param_groups[0]["foreach"] is None
 
 
+def test_a_trial_fits_as_many_rounds_as_its_seconds_allow():
+    """Five interleaved pairs where the step is short (their range holds the median 94% of the time), two where a
+    round of four steps takes most of the budget; the plan's seconds stay within the trial's."""
+    from gpulab.tools.diagnosis.trials import MAX_ROUNDS, trial_plan
+
+    short = trial_plan(15.0, 0.013)  # the H200's NCHW convnet: 13 ms steps
+    assert short["rounds"] == MAX_ROUNDS and short["round_s"] == pytest.approx(1.0)
+    slow = trial_plan(20.0, 0.6)  # a GPT-2 step of 0.6 s: a round is at least four of them
+    assert slow["rounds"] == 2 and slow["round_s"] == pytest.approx(2.4)
+    for plan, seconds in ((short, 15.0), (trial_plan(60.0, 0.1), 60.0)):
+        assert 2 * plan["min_time_s"] + 2 * plan["rounds"] * plan["round_s"] <= seconds + 1e-9
+
+
 def test_an_untriable_fix_says_why():
     from gpulab.tools.diagnosis.trials import Loop, untried
 
