@@ -172,7 +172,8 @@ def measure(kind: str, loop: Loop, ev: dict[str, Any], seconds: float) -> tuple[
     before = after = cmp = None
     try:
         before, after, extra = pair(loop, kind)
-        step_s = float(ev.get("step_ms") or 0.0) / 1e3 * (2 if kind == "small_batch" else 1)  # x2: twice the batch
+        grown = extra.get("after_items", loop.batch_size) / loop.batch_size  # the fix's step does this much more
+        step_s = float(ev.get("step_ms") or 0.0) / 1e3 * grown
         cmp = before_after(before, after, name=f"diagnose: {kind}", monitor=False, progress=False,
                            **trial_plan(seconds, step_s), **extra)
         h = cmp.headline()
