@@ -5,6 +5,7 @@ import sys
 import warnings
 
 MOVED = {f"gpulab.{m}": f"gpulab.tools.{m}" for m in ("batchsize", "dataloading", "tracker")}
+MOVED["gpulab.workloads.feeds"] = "gpulab.tools.feeds"
 
 
 class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):

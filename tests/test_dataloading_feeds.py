@@ -6,7 +6,7 @@ import torch
 from gpulab.workloads import sweeps as bs
 from gpulab.tools import dataloading as dl
 from gpulab.measuring import estimates
-from gpulab.workloads import feeds
+from gpulab.tools import feeds
 from gpulab.verdicts.run_result import RunResult
 from gpulab.measuring.flops import transformer_flops_per_token
 from gpulab.workloads.models import GPTConfig, SmallCNN, SyntheticImageDataset, denormalize
@@ -74,7 +74,7 @@ def test_feed_runs_batches_from_a_cycle_and_a_loader(tmp_path):
         feed.run(5)
     assert seen == [3] * 5 and feed.samples == 15 and feed.batches == 5 and not feed.prefetch
     ds = SyntheticImageDataset(tmp_path, n_images=8, size=16)
-    loader = image_feeds.endless_loader(ds, batch_size=4, num_workers=1, pin_memory=True)
+    loader = dl.endless_loader(ds, batch_size=4, num_workers=1, pin_memory=True)
     assert loader.pin_memory is torch.cuda.is_available()
     with feeds.Feed(loader, lambda x, y: seen.append(tuple(x.shape)), "cpu") as feed:
         feed.run(3)  # more batches than one pass over the 8 images: the loader never ends

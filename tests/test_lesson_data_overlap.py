@@ -333,7 +333,7 @@ def test_feed_takes_a_prefetcher_class_of_ones_own():
     """`Feed(prefetch=SomeClass)` iterates SomeClass(batches, device) on CUDA; off CUDA it is the plain loop."""
     import torch
 
-    from gpulab.workloads import feeds
+    from gpulab.tools import feeds
 
     seen = []
     feed = feeds.Feed(feeds.cycle([(torch.ones(2, 3), torch.zeros(2))]), lambda x, y: seen.append(x.shape), "cpu",

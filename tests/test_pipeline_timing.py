@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpulab.workloads import feeds
+from gpulab.tools import feeds
 from gpulab.measuring.estimates import ratio
 from gpulab.measuring.estimates import Estimate
 from gpulab.measuring.timing import benchmark

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from ..workloads.sweeps import column, gpt_step_memory_estimate, rate_over_windows, sweet_spot, trace_estimate
 from ..verdicts.claims import Claim
 from ..measuring.estimates import Estimate, difference, ratio
-from ..workloads.feeds import knee
+from ..tools.feeds import knee
 from ..measuring.text import pct, si
 
 GPU = ("cuda", "full")  # a GPU at the full sizes: what every speed, memory and utilization claim stands on

@@ -1,5 +1,5 @@
 """Notebook 05 (feeding the GPU): its claims as data, the functions that judge them (`check_*`, `record_the_rest`:
-the only ones that record), and its figures. Loaders are in `gpulab.tools.dataloading`, fed loops in `gpulab.workloads.feeds`; the
+the only ones that record), and its figures. Loaders are in `gpulab.tools.dataloading`, fed loops in `gpulab.tools.feeds`; the
 DataLoader settings are written in the notebook's cells. Nothing here times anything."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any, Callable, Sequence
 from ..workloads.sweeps import column, trace_estimate
 from ..verdicts.claims import Claim, judge
 from ..measuring.estimates import Estimate, ratio
-from ..workloads.image_feeds import workers
+from ..tools.dataloading import workers
 from ..workloads.models import denormalize
-from ..workloads.feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
+from ..tools.feeds import knee, knee_estimate, pipeline_mfu, share_of_best, throughput_by_workers
 from ..measuring.text import pct, si
 from ..tools.traces import union_spans as union  # the busy time of a trace, merged
 

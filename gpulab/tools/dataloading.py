@@ -1,6 +1,6 @@
 """Feeding the GPU: a CUDA-stream prefetcher, a DataLoader settings sweep that measures, not guesses, and a
-check that the host launches steps faster than the GPU runs them. The loaders and steps they feed are in
-`gpulab.workloads.image_feeds`; `gpulab.workloads.feeds` times a fed loop as a pipeline."""
+check that the host launches steps faster than the GPU runs them, and endless loaders. Notebook 05's images and
+steps are in `gpulab.workloads.image_feeds`; `gpulab.tools.feeds` times a fed loop as a pipeline."""
 from __future__ import annotations
 
 import gc
@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import psutil
 import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 from tqdm.auto import tqdm
 
 from ..measuring import checks
@@ -170,6 +170,28 @@ def _fmt(v: Any, key: str = "") -> str:
 
 def _as_tuple(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+_ENDLESS = 2**40  # samples in an "endless" epoch: no timed run ever reaches its end
+
+
+def workers(n: int) -> str:
+    """'1 worker', '4 workers'."""
+    return f"{n} worker" + ("" if n == 1 else "s")
+
+
+def endless_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
+                   prefetch_factor: int | None = 2, persistent_workers: bool = False, seed: int = 0,
+                   **kwargs: Any) -> DataLoader:
+    """A DataLoader whose single epoch never ends (random samples with replacement, seeded): one iterator can
+    feed any number of timed calls without an epoch boundary (a worker restart) in the middle."""
+    checks.positive_int("batch_size", batch_size)
+    checks.positive_int("num_workers", num_workers, minimum=0)
+    sampler = RandomSampler(dataset, replacement=True, num_samples=_ENDLESS,
+                            generator=torch.Generator().manual_seed(seed))
+    extra = dict(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers) if num_workers else {}
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                      pin_memory=pin_memory and torch.cuda.is_available(), **extra, **kwargs)
 
 
 def sweep_workers(cores: int, batches: int) -> list[int]:

@@ -18,15 +18,7 @@ from ..measuring import checks
 from ..measuring.estimates import Estimate
 from ..measuring.device import as_torch_device
 from ..measuring.flops import count_flops
-from ..tools.dataloading import _shutdown
-
-
-_ENDLESS = 2**40  # samples in an "endless" epoch: no run of the notebook ever reaches its end
-
-
-def workers(n: int) -> str:
-    """'1 worker', '4 workers'."""
-    return f"{n} worker" + ("" if n == 1 else "s")
+from ..tools.dataloading import _shutdown, endless_loader, workers
 
 
 def worker_counts(cores: int, extra: Sequence[int] = ()) -> list[int]:
@@ -73,20 +65,6 @@ def cnn_train_flops_per_sample(model: nn.Module, image_size: int, channels: int 
         m(x).float().sum().backward()
 
     return count_flops(fwd_bwd).total / 2
-
-
-def endless_loader(dataset: Dataset, *, batch_size: int, num_workers: int = 0, pin_memory: bool = False,
-                   prefetch_factor: int | None = 2, persistent_workers: bool = False, seed: int = 0,
-                   **kwargs: Any) -> DataLoader:
-    """A DataLoader whose single epoch never ends (random samples with replacement, seeded): one iterator can
-    feed any number of timed calls without an epoch boundary (a worker restart) in the middle."""
-    checks.positive_int("batch_size", batch_size)
-    checks.positive_int("num_workers", num_workers, minimum=0)
-    sampler = RandomSampler(dataset, replacement=True, num_samples=_ENDLESS,
-                            generator=torch.Generator().manual_seed(seed))
-    extra = dict(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers) if num_workers else {}
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-                      pin_memory=pin_memory and torch.cuda.is_available(), **extra, **kwargs)
 
 
 def random_image_batches(n: int, batch_size: int, image_size: int, num_classes: int = 10, *,

@@ -17,13 +17,12 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from ..measuring import checks
-from ..measuring.estimates import Estimate, log_t_interval
-from ..tools.dataloading import CUDAPrefetcher, _shutdown, to_device
-from .image_feeds import endless_loader, workers
 from ..measuring.device import as_torch_device, get_device
+from ..measuring.estimates import Estimate, log_t_interval
+from ..measuring.timing import ROUND, benchmark
 from ..verdicts.experiment import Comparison, default_min_time, measure
 from ..verdicts.run_result import RunResult, window_pair_ratios
-from ..measuring.timing import ROUND, benchmark
+from .dataloading import CUDAPrefetcher, _shutdown, endless_loader, to_device, workers
 
 
 class Feed:
