@@ -279,6 +279,24 @@ def test_a_loader_feeds_the_step_and_its_wait_is_measured():
     assert 0.0 <= d.evidence["loader_wait_share"] <= 1.0 and d.evidence["loader_wait_ms"] >= 0.0
 
 
+def test_the_loader_trial_times_both_loaders_as_pipelines_on_endless_copies():
+    """Timed step by step, a queue its workers filled while the other side ran made most steps look instant (53x
+    from eight workers on the H200): both sides are pipelines, rates over whole windows on settled queues."""
+    from gpulab.tools.diagnosis.trials import Loop, loaders, measure
+
+    model, opt, make_batch = _tiny()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*make_batch(8)), batch_size=4)
+    given, faster = loaders(loader, torch.device("cpu"))
+    assert (given.num_workers, faster.num_workers >= 2, faster.batch_size) == (0, True, 4)
+    assert len(given.sampler) > 10**9  # endless: no epoch boundary restarts workers mid-window
+    loop = Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu"), loader)
+    gain, why, cmp = measure("data_wait", loop, {"step_ms": 1.0}, 3.0)
+    assert gain is not None and cmp.before.pipeline and cmp.after.pipeline, why
+    assert cmp.before.label == "your loader (0 workers)" and "pinned memory" in cmp.after.label
+    with pytest.raises(TypeError, match="not a torch DataLoader"):
+        loaders([(1, 2)], torch.device("cpu"))
+
+
 def test_the_profile_replays_batches_so_a_slow_loader_stays_out_of_it(monkeypatch):
     """A main-process decode of many small ops made the profile take 51 s on a 15 s budget (the H200's starving
     loader): the profile now runs on batches drawn before it, and the loader's wait is added back as idle."""
@@ -286,7 +304,7 @@ def test_the_profile_replays_batches_so_a_slow_loader_stays_out_of_it(monkeypatc
 
     model, opt, make_batch = _tiny()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*make_batch(32)), batch_size=4)
-    feed = E.Feed(loader, torch.device("cpu"))
+    feed = E.BatchSource(loader, torch.device("cpu"))
     drawn = {}
 
     def profile_evidence(step, step_ms):

@@ -162,6 +162,22 @@ def test_a_round_of_a_slow_warm_function_runs_four_calls_not_seven():
     assert benchmark(step, min_time_s=0.5, warmup_s=0, clock=clock).n == 5 and len(calls) == 7  # the default
 
 
+def test_max_time_s_ends_a_window_that_a_fast_warm_up_sized_too_long():
+    """A queue-fed call: the warm-up draws ready batches (1 ms), then each call waits for the loader (100 ms)."""
+    clock = FakeClock()
+    ready = iter([0.001] * 2)
+
+    def fed():
+        clock.t += next(ready, 0.1)
+
+    m = benchmark(fed, min_time_s=0.5, warmup_s=0.0, clock=clock, max_time_s=1.0)
+    assert m.n == 10 and m.windows[0] == (10, pytest.approx(1.0))  # not 500 calls: 50 s for a 0.5 s window
+    clock.t, ready = 0.0, iter([0.001] * 2)
+    assert benchmark(fed, min_time_s=0.5, warmup_s=0.0, clock=clock, max_time_s=0.01).n == 5  # min_repeats first
+    with pytest.raises(ValueError, match="max_time_s"):
+        benchmark(fed, max_time_s=0)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_min_warmup_calls_is_checked(bad):
     with pytest.raises(ValueError, match="min_warmup_calls"):

@@ -102,14 +102,16 @@ def _probe(fn: Callable[[], Any], sync: Callable[[], Any], clock: Callable[[], f
 def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5, warmup_s: float = 0.1,
               min_repeats: int = 5, max_repeats: int = 10_000, device: torch.device | str | None = None,
               clock: Callable[[], float] | None = None, min_warmup_calls: int = 2,
-              mode: str = "auto") -> Measurement:
+              mode: str = "auto", max_time_s: float | None = None) -> Measurement:
     """Time `fn()`: warm up, then repeat until `min_time_s` of timed calls.
 
     `mode`: "latency" times each call, "throughput" blocks of back-to-back calls (at least `min_repeats` blocks)
     divided by their calls, "auto" (default) throughput where the warm-up finds the call launch-bound
     (`launch_bound`), else latency; the Measurement records which. `clock` replaces the host clock (tests).
     `min_warmup_calls` can be 1 for a function that is already warm (an interleaved round), so that a half-second
-    training step is not run seven times for a quarter-second window. `max_repeats` caps the timed calls."""
+    training step is not run seven times for a quarter-second window. `max_repeats` caps the timed calls, and
+    `max_time_s` the timed window's host seconds (after `min_repeats` timings): a queue-fed call whose warm-up drew
+    ready batches sizes its window for a rate the queue cannot keep up (one such window ran 10 s for 0.6)."""
     check_timeable(fn)
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: choose one of {', '.join(map(repr, MODES))}")
@@ -122,6 +124,7 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
             raise ValueError(f"device={str(device)!r} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     checks.positive_float("min_time_s", min_time_s)
     checks.positive_float("warmup_s", warmup_s, allow_zero=True)
+    checks.positive_float("max_time_s", max_time_s, allow_none=True)
     if min_repeats < 1 or max_repeats < min_repeats:
         raise ValueError(f"min_repeats={min_repeats}, max_repeats={max_repeats}: need 1 <= min_repeats <= max_repeats")
     if isinstance(min_warmup_calls, bool) or not isinstance(min_warmup_calls, int) or min_warmup_calls < 1:
@@ -149,8 +152,9 @@ def benchmark(fn: Callable[[], Any], *, label: str = "", min_time_s: float = 0.5
         per_block = max(1, calls // max(min_repeats, THROUGHPUT_BLOCKS))
         blocks = max(min_repeats, calls // per_block)
         return _timed_blocks(fn, blocks, per_block, label=label, use_events=use_events, clock=clock,
-                             warmup_calls=warm, meta=why)
-    m = _timed_window(fn, calls, label=label, use_events=use_events, clock=clock, warmup_calls=warm)
+                             warmup_calls=warm, meta=why, stop=_stop(clock, max_time_s, min_repeats))
+    m = _timed_window(fn, calls, label=label, use_events=use_events, clock=clock, warmup_calls=warm,
+                      stop=_stop(clock, max_time_s, min_repeats))
     m.meta.update(why)
     return m
 
@@ -173,9 +177,18 @@ def _synchronizer(use_events: bool) -> Callable[[], None]:
     return torch.cuda.synchronize if use_events else (lambda: None)
 
 
+def _stop(clock: Callable[[], float], max_time_s: float | None, min_timings: int) -> Callable[[float, int], bool]:
+    """stop(w0, timings): whether a window begun at `w0` has run its `max_time_s` (never before `min_timings`)."""
+    if max_time_s is None:
+        return lambda w0, n: False
+    return lambda w0, n: n >= min_timings and clock() - w0 >= max_time_s
+
+
 def _timed_window(fn: Callable[[], Any], repeats: int, *, label: str, use_events: bool,
-                  clock: Callable[[], float], warmup_calls: int) -> Measurement:
-    """`repeats` timed calls in one window: CUDA events per call on a GPU, else the host clock (latency)."""
+                  clock: Callable[[], float], warmup_calls: int,
+                  stop: Callable[[float, int], bool] = lambda w0, n: False) -> Measurement:
+    """`repeats` timed calls in one window (fewer where `stop` says so): CUDA events per call on a GPU, else the
+    host clock (latency)."""
     sync = _synchronizer(use_events)
     times: list[float] = []
     sync()
@@ -183,26 +196,33 @@ def _timed_window(fn: Callable[[], Any], repeats: int, *, label: str, use_events
     if use_events:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        done = 0
         for s, e in zip(starts, ends):
             s.record()
             fn()
             e.record()
+            done += 1
+            if stop(w0, done):
+                break
         torch.cuda.synchronize()
-        times = [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+        times = [s.elapsed_time(e) / 1e3 for s, e in zip(starts[:done], ends[:done])]
     else:
         for _ in range(repeats):
             t = clock()
             fn()
             times.append(clock() - t)
+            if stop(w0, len(times)):
+                break
     sync()
-    window = (repeats, clock() - w0)
+    window = (len(times), clock() - w0)
     return Measurement(label=label or getattr(fn, "__name__", "fn"), times_s=times,
                        timer="cuda events" if use_events else "perf_counter", warmup_calls=warmup_calls,
                        windows=[window], mode="latency")
 
 
 def _timed_blocks(fn: Callable[[], Any], blocks: int, per_block: int, *, label: str, use_events: bool,
-                  clock: Callable[[], float], warmup_calls: int, meta: dict[str, Any] | None = None) -> Measurement:
+                  clock: Callable[[], float], warmup_calls: int, meta: dict[str, Any] | None = None,
+                  stop: Callable[[float, int], bool] = lambda w0, n: False) -> Measurement:
     """`blocks` timings of `per_block` back-to-back calls each, one event (or clock) pair around each block; each
     timing is the block's time over its calls (throughput)."""
     sync = _synchronizer(use_events)
@@ -212,20 +232,26 @@ def _timed_blocks(fn: Callable[[], Any], blocks: int, per_block: int, *, label: 
     if use_events:
         marks = [torch.cuda.Event(enable_timing=True) for _ in range(blocks + 1)]
         marks[0].record()
+        done = 0
         for e in marks[1:]:  # back to back: each block's end event is the next one's start
             for _ in range(per_block):
                 fn()
             e.record()
+            done += 1
+            if stop(w0, done):
+                break
         torch.cuda.synchronize()
-        times = [a.elapsed_time(b) / 1e3 / per_block for a, b in zip(marks, marks[1:])]
+        times = [a.elapsed_time(b) / 1e3 / per_block for a, b in zip(marks[:done], marks[1:done + 1])]
     else:
         for _ in range(blocks):
             t = clock()
             for _ in range(per_block):
                 fn()
             times.append((clock() - t) / per_block)
+            if stop(w0, len(times)):
+                break
     sync()
-    window = (blocks * per_block, clock() - w0)
+    window = (len(times) * per_block, clock() - w0)
     return Measurement(label=label or getattr(fn, "__name__", "fn"), times_s=times,
                        timer="cuda events" if use_events else "perf_counter", warmup_calls=warmup_calls,
                        meta=dict(meta or {}), windows=[window], mode="throughput", calls_per_timing=per_block)

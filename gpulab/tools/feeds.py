@@ -136,13 +136,14 @@ def utilization_by_workers(dataset: Dataset, step: Callable[[Any, Any], Any], wo
     return out
 
 
-def _window(feed: Feed, batches_per_call: int, seconds: float, device: Any, waits: list[float]) -> Any:
+def _window(feed: Feed, batches_per_call: int, seconds: float, device: Any, waits: list[float],
+            max_s: float | None = None) -> Any:
     """One more timed window of the fed loop, started on a settled queue; appends its data wait per batch.
     Like an interleaved round of `gl.before_after` (`timing.ROUND`): one untimed call, at least three timed ones, so
-    a starved loop's half-second calls are not run seven times for a one-second window."""
+    a starved loop's half-second calls are not run seven times for a one-second window. `max_s` caps its seconds."""
     feed.settle()
     w0, b0 = feed.wait_s, feed.batches
-    m = benchmark(lambda: feed.run(batches_per_call), min_time_s=seconds, device=device, **ROUND)
+    m = benchmark(lambda: feed.run(batches_per_call), min_time_s=seconds, device=device, max_time_s=max_s, **ROUND)
     waits.append((feed.wait_s - w0) / max(1, feed.batches - b0))
     return m
 
@@ -156,11 +157,12 @@ def _feed_window_s(window_s: float | None, min_time_s: float | None, dev: Any) -
 def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float, rounds: int = 3,
                  flops: float | None = None, dtype: str | None = None, item_name: str = "samples",
                  min_time_s: float | None = None, device: Any = None, profile: bool = False,
-                 window_s: float | None = None) -> RunResult:
+                 window_s: float | None = None, max_window_s: float | None = None) -> RunResult:
     """The loop fed by `feed` as a pipeline: `gl.measure(..., pipeline=True)` on a settled queue, then
     `rounds` more windows of `window_s` each (None: a quarter of the time), so the throughput (items over each
     window's wall time) has a spread. The data wait per batch of each window is kept in
-    `meta['data_wait_s_per_batch']`."""
+    `meta['data_wait_s_per_batch']`. `max_window_s` caps each window's seconds (None: no cap): a warm-up call that
+    drew ready batches can size a window for a rate the loader cannot keep up."""
     checks.positive_int("batches_per_call", batches_per_call)
     checks.positive_int("rounds", rounds, minimum=0)
     checks.positive_float("window_s", window_s, allow_none=True)
@@ -168,11 +170,12 @@ def measure_feed(feed: Feed, batches_per_call: int, *, label: str, items: float,
     feed.settle()
     w0, b0 = feed.wait_s, feed.batches
     run = measure(lambda: feed.run(batches_per_call), label=label, items=items, flops=flops, dtype=dtype,
-                  item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile, pipeline=True)
+                  item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile, pipeline=True,
+                  max_time_s=max_window_s)
     waits = [(feed.wait_s - w0) / max(1, feed.batches - b0)]
     window_s = window_s or (min_time_s or default_min_time(dev)) / 4
     for _ in range(rounds):
-        extra = _window(feed, batches_per_call, window_s, dev.torch_device, waits)
+        extra = _window(feed, batches_per_call, window_s, dev.torch_device, waits, max_window_s)
         run.measurement = run.measurement.merged(extra)
     run.measurement.meta["data_wait_s_per_batch"] = waits
     return run
@@ -185,7 +188,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
                   kind: str = "optimisation", window_s: float | None = None, progress: bool = True,
                   min_rounds: int | None = None, decided: Callable[[Comparison], bool] | None = None,
                   budget_s: float | None = None, clock: Callable[[], float] = time.perf_counter,
-                  pair_interval: str = "median") -> Comparison:
+                  pair_interval: str = "median", max_window_s: float | None = None) -> Comparison:
     """`gl.before_after` for two fed loops, as pipelines: each side's monitored window, then `rounds` interleaved
     windows (before, after, after, before, ...), each started on a settled queue.
 
@@ -196,18 +199,22 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
     With `min_rounds`, the rounds past it run only if `decided` (asked once, after `min_rounds` rounds) says the
     pairs do not yet settle the question, and while they have taken less than `budget_s` (checked after each pair
     of rounds, so both orders stay balanced). `pair_interval`: "t" where a claim on the pair is judged on
-    `paired_ratio`, so that the comparison's header and the claim say the same."""
+    `paired_ratio`, so that the comparison's header and the claim say the same. `max_window_s` caps every window's
+    seconds (`measure_feed`)."""
     dev = device if hasattr(device, "is_cuda") else get_device()
     checks.positive_int("rounds", rounds, minimum=0)
     if min_rounds is not None:
         checks.positive_int("min_rounds", min_rounds, minimum=0)
     checks.positive_float("budget_s", budget_s, allow_none=True)
     checks.positive_float("window_s", window_s, allow_none=True)
+    checks.positive_float("max_window_s", max_window_s, allow_none=True)
     b = measure_feed(before, batches_per_call, label=before_label, items=items, rounds=0, flops=flops,
-                     dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
+                     dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile,
+                     max_window_s=max_window_s)
     _sleep(refill_s(before, b.measurement, batches_per_call))
     a = measure_feed(after, batches_per_call, label=after_label, items=items, rounds=0, flops=flops,
-                     dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile)
+                     dtype=dtype, item_name=item_name, min_time_s=min_time_s, device=dev, profile=profile,
+                     max_window_s=max_window_s)
     waits = {id(b): list(b.measurement.meta["data_wait_s_per_batch"]),
              id(a): list(a.measurement.meta["data_wait_s_per_batch"])}
     round_s = _feed_window_s(window_s, min_time_s, dev)
@@ -224,7 +231,7 @@ def compare_feeds(before: Feed, after: Feed, batches_per_call: int, *, name: str
         for feed, run in sides:
             if last[0] is not feed:
                 _sleep(refill_s(last[0], last[1], batches_per_call))
-            extra = _window(feed, batches_per_call, round_s, dev.torch_device, waits[id(run)])
+            extra = _window(feed, batches_per_call, round_s, dev.torch_device, waits[id(run)], max_window_s)
             run.measurement = run.measurement.merged(extra)
             run.measurement.meta["interleaved_rounds"] = i + 1
             last = (feed, extra)

@@ -240,7 +240,7 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
             items: float | None = None, item_name: str = "samples", min_time_s: float | None = None,
             monitor: bool = True, profile: bool = False, device: DeviceInfo | None = None,
             peaks: MeasuredPeaks | None = None, pipeline: bool = False, peak_dtype: str | None = None,
-            warm: bool = False) -> RunResult:
+            warm: bool = False, max_time_s: float | None = None) -> RunResult:
     """Time `fn()` under the monitor (and optionally the profiler) and return a RunResult.
 
     Args:
@@ -253,6 +253,7 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
         peak_dtype: measure MFU against this dtype's peak instead of `dtype`'s (one yardstick for two sides).
         warm: the caller has already run `fn` (e.g. a training step timed alone, compile included): no
             untimed first call, and one warm-up call as an interleaved round takes (timing.ROUND), not two.
+        max_time_s: end the timed window after this many seconds (`gl.benchmark`'s cap for a queue-fed call).
     """
     device = device or get_device()
     if dtype is not None:
@@ -267,7 +268,7 @@ def measure(fn: Callable[[], Any], *, label: str = "", flops: float | None = Non
     if not warm:
         fn()  # first call outside the monitor window: compilation and allocation are not steady state
         synchronize()
-    bench = dict(label=label, min_time_s=min_time_s, device=device.torch_device)
+    bench = dict(label=label, min_time_s=min_time_s, device=device.torch_device, max_time_s=max_time_s)
     if warm:
         bench |= {k: v for k, v in ROUND.items() if k != "min_repeats"}  # one warm-up call; the window as usual
     trace = None

@@ -109,7 +109,7 @@ def diagnose(model: torch.nn.Module | Callable[[], Any], make_batch: Callable[[i
     with preserved(model if full else None, optimizer):
         if full:
             opt = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-4)
-            feed = E.Feed(loader, device) if loader is not None else None
+            feed = E.BatchSource(loader, device) if loader is not None else None
             step = T.make_step(model, opt, loss_fn, feed.next if feed else T._fixed(*make_batch(batch_size)))
         else:
             opt, feed, step = None, None, model

@@ -24,7 +24,7 @@ IDLE_KEYS = {"idle: host launching": "host_launching", "idle: after a sync": "af
              "idle: queued work waiting": "queued"}
 
 
-class Feed:
+class BatchSource:
     """Batches drawn from a loader (cycled), moved to the device, with the host's wait for each one counted."""
 
     def __init__(self, loader: Any, device: torch.device):
@@ -80,7 +80,7 @@ def model_facts(model: torch.nn.Module | None) -> dict[str, Any]:
         c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous() for c in convs)}
 
 
-def loader_wait(step: Callable[[], Any], feed: Feed, seconds: float, gpu: bool) -> dict[str, float]:
+def loader_wait(step: Callable[[], Any], feed: BatchSource, seconds: float, gpu: bool) -> dict[str, float]:
     """The share of step time the host spends waiting for the loader, over about `seconds` of steps."""
     feed.wait_s, feed.taken = 0.0, 0
     t0 = time.perf_counter()
@@ -144,7 +144,7 @@ def with_loader_wait(prof: dict[str, Any], wait: float) -> dict[str, Any]:
 
 
 def collect(step: Callable[[], Any], *, device: torch.device, model: torch.nn.Module | None = None,
-            optimizer: torch.optim.Optimizer | None = None, batch_size: int | None = None, feed: Feed | None = None,
+            optimizer: torch.optim.Optimizer | None = None, batch_size: int | None = None, feed: BatchSource | None = None,
             min_time_s: float = 0.3, tick: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Every piece of evidence the rules read, from running `step` (its side effects are the caller's to undo)."""
 

@@ -47,13 +47,12 @@ def new_optimizer(opt: torch.optim.Optimizer | None, old: torch.nn.Module, new: 
         return type(opt)(groups)
 
 
-def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[Any, Any], Any],
-              batch: Callable[[], tuple[Any, Any]], *, autocast: bool = False) -> Callable[[], Any]:
-    """One training step: zero the grads, forward and loss (under BF16 autocast if asked), backward, step."""
+def fed_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[Any, Any], Any], *,
+             autocast: bool = False) -> Callable[[Any, Any], Any]:
+    """One training step on (x, y): zero the grads, forward and loss (under BF16 autocast if asked), backward, step."""
     kind = next(model.parameters()).device.type
 
-    def step():
-        x, y = batch()
+    def step(x: Any, y: Any) -> Any:
         opt.zero_grad(set_to_none=True)
         with torch.autocast(kind, torch.bfloat16) if autocast else contextlib.nullcontext():
             loss = loss_fn(model(x), y)
@@ -61,6 +60,13 @@ def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Calla
         opt.step()
         return loss
     return step
+
+
+def make_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[Any, Any], Any],
+              batch: Callable[[], tuple[Any, Any]], *, autocast: bool = False) -> Callable[[], Any]:
+    """`fed_step` on the batch that `batch()` returns."""
+    train = fed_step(model, opt, loss_fn, autocast=autocast)
+    return lambda: train(*batch())
 
 
 def _fixed(x: Any, y: Any) -> Callable[[], tuple[Any, Any]]:
@@ -97,28 +103,46 @@ def pair(loop: Loop, kind: str) -> tuple[Callable[[], Any], Callable[[], Any], d
         m1 = copy.deepcopy(loop.model)
         after = make_step(torch.compile(m1), new_optimizer(loop.optimizer, loop.model, m1), loop.loss_fn,
                           _fixed(*loop.make_batch(loop.batch_size)))
-    elif kind == "data_wait":
-        from .evidence import Feed
-
-        feeds = [Feed(loop.loader, loop.device), Feed(faster_loader(loop.loader, loop.device), loop.device)]
-        before = make_step(m0, new_optimizer(loop.optimizer, loop.model, m0), loop.loss_fn, feeds[0].next)
-        after = make_step(m0, new_optimizer(loop.optimizer, loop.model, m0), loop.loss_fn, feeds[1].next)
     else:
         raise ValueError(f"no fix of kind {kind!r} can be tried")
     return before, after, extra
 
 
-def faster_loader(loader: Any, device: torch.device) -> Any:
-    """The same DataLoader with workers, pinned memory (on a GPU) and persistent workers."""
-    import os
+def loaders(loader: Any, device: torch.device) -> tuple[Any, Any]:
+    """Endless copies of the user's DataLoader (one epoch's end would restart its workers mid-window): as given,
+    and with workers, pinned memory (on a GPU) and persistent workers."""
+    from ...measuring.device import usable_cores
+    from ..dataloading import endless_loader
 
     if not isinstance(loader, torch.utils.data.DataLoader):
         raise TypeError("the loader is not a torch DataLoader: gpulab cannot add workers to it")
-    workers = max(2, min(8, (os.cpu_count() or 2)))
-    return torch.utils.data.DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=False,
-                                       num_workers=workers, pin_memory=device.type == "cuda",
-                                       persistent_workers=True, prefetch_factor=4, drop_last=loader.drop_last,
-                                       collate_fn=loader.collate_fn)
+    same = dict(batch_size=loader.batch_size, collate_fn=loader.collate_fn, drop_last=loader.drop_last)
+    given = endless_loader(loader.dataset, num_workers=loader.num_workers, pin_memory=loader.pin_memory,
+                           prefetch_factor=loader.prefetch_factor, persistent_workers=loader.num_workers > 0, **same)
+    faster = endless_loader(loader.dataset, num_workers=max(2, min(8, usable_cores())),
+                            pin_memory=device.type == "cuda", persistent_workers=True, **same)
+    return given, faster
+
+
+def loader_trial(loop: Loop, step_s: float, seconds: float) -> Any:
+    """The step fed by the user's loader against the same loader with workers and pinned memory, both timed as
+    pipelines (`tools.feeds.compare_feeds`): each window starts on a settled queue and a rate is samples over a
+    window's wall time. Timed step by step, a queue the workers filled while the other side ran made most steps
+    look instant (on the H200: 53x from eight workers)."""
+    from ..dataloading import workers
+    from ..feeds import Feed, compare_feeds
+
+    given, faster = loaders(loop.loader, loop.device)
+    model = copy.deepcopy(loop.model)
+    step = fed_step(model, new_optimizer(loop.optimizer, loop.model, model), loop.loss_fn)
+    plan = trial_plan(seconds, step_s)
+    with Feed(given, step, loop.device) as before, Feed(faster, step, loop.device) as after:
+        return compare_feeds(before, after, 1, name="diagnose: data_wait", items=given.batch_size,
+                             before_label=f"your loader ({workers(given.num_workers)})",
+                             after_label=f"{workers(faster.num_workers)}, pinned memory",
+                             min_time_s=plan["min_time_s"], window_s=plan["round_s"], rounds=plan["rounds"],
+                             min_rounds=2, budget_s=seconds / 3,  # the last pair of rounds starts by then
+                             max_window_s=2 * max(plan["min_time_s"], plan["round_s"]), progress=False)
 
 
 def untried(kind: str, loop: Loop | None, seconds_left: float) -> str | None:
@@ -170,12 +194,15 @@ def measure(kind: str, loop: Loop, ev: dict[str, Any], seconds: float) -> tuple[
     with the reason, where it failed."""
 
     before = after = cmp = None
+    step_s = float(ev.get("step_ms") or 0.0) / 1e3
     try:
-        before, after, extra = pair(loop, kind)
-        grown = extra.get("after_items", loop.batch_size) / loop.batch_size  # the fix's step does this much more
-        step_s = float(ev.get("step_ms") or 0.0) / 1e3 * grown
-        cmp = before_after(before, after, name=f"diagnose: {kind}", monitor=False, progress=False,
-                           **trial_plan(seconds, step_s), **extra)
+        if kind == "data_wait":
+            cmp = loader_trial(loop, step_s, seconds)
+        else:
+            before, after, extra = pair(loop, kind)
+            grown = extra.get("after_items", loop.batch_size) / loop.batch_size  # the fix's step does this much more
+            cmp = before_after(before, after, name=f"diagnose: {kind}", monitor=False, progress=False,
+                               **trial_plan(seconds, step_s * grown), **extra)
         h = cmp.headline()
         gain = {"value": h.value, "lo": h.lo, "hi": h.hi, "verdict": cmp.verdict, "basis": cmp.basis}
     except torch.cuda.OutOfMemoryError:
