@@ -292,9 +292,18 @@ def test_the_loader_trial_times_both_loaders_as_pipelines_on_endless_copies():
     loop = Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu"), loader)
     gain, why, cmp = measure("data_wait", loop, {"step_ms": 1.0}, 3.0)
     assert gain is not None and cmp.before.pipeline and cmp.after.pipeline, why
-    assert cmp.before.label == "your loader (0 workers)" and "pinned memory" in cmp.after.label
+    assert (cmp.before.label, cmp.after.label) == ("your loader (0 workers)", f"{faster.num_workers} workers")
     with pytest.raises(TypeError, match="not a torch DataLoader"):
         loaders([(1, 2)], torch.device("cpu"))
+
+
+def test_the_loader_fix_names_the_workers_its_trial_runs():
+    from gpulab.tools.diagnosis.rules import suggested_workers
+
+    assert [suggested_workers(c) for c in (1, 4, 16, None)] == [2, 4, 8, 8]
+    gpu = rules.data_wait(dict(BEFORE_CASES["data_wait"], cores=4))
+    cpu = rules.data_wait(dict(BEFORE_CASES["data_wait"], cores=16, gpu=False))
+    assert "num_workers=4, pin_memory=True" in gpu.fix and "num_workers=8, persistent" in cpu.fix
 
 
 def test_the_profile_replays_batches_so_a_slow_loader_stays_out_of_it(monkeypatch):

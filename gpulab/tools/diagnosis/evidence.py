@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...measuring.device import get_device
+from ...measuring.device import get_device, usable_cores
 from ...measuring.flops import count_flops, mfu
 from ...measuring.profiling import find_syncs, profile
 from ...measuring.timing import benchmark
@@ -144,8 +144,8 @@ def with_loader_wait(prof: dict[str, Any], wait: float) -> dict[str, Any]:
 
 
 def collect(step: Callable[[], Any], *, device: torch.device, model: torch.nn.Module | None = None,
-            optimizer: torch.optim.Optimizer | None = None, batch_size: int | None = None, feed: BatchSource | None = None,
-            min_time_s: float = 0.3, tick: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+            optimizer: torch.optim.Optimizer | None = None, batch_size: int | None = None,
+            feed: BatchSource | None = None, min_time_s: float = 0.3, tick: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Every piece of evidence the rules read, from running `step` (its side effects are the caller's to undo)."""
 
     gpu = device.type == "cuda"
@@ -158,6 +158,7 @@ def collect(step: Callable[[], Any], *, device: torch.device, model: torch.nn.Mo
         tick("loader wait")
         ev |= loader_wait(step, feed, max(0.5, 3 * min_time_s), gpu)
         ev["loader_workers"] = getattr(feed.loader, "num_workers", None)
+        ev["cores"] = usable_cores()  # what the workers of the fix can use
     # The rest runs on batches drawn now: a profile, the sync search and the FLOP count hold the step's own work,
     # not a main-process decode's thousands of small ops (one profile of those took 51 s of a 15 s budget).
     with feed.replaying(3) if feed is not None else contextlib.nullcontext():

@@ -85,14 +85,21 @@ def sync(ev: dict[str, Any]) -> Finding | None:
                    why="the sync is in your code: gl.find_syncs(step) names it; gpulab cannot remove it for you")
 
 
+def suggested_workers(cores: int | None) -> int:
+    """The loader workers the fix suggests and its trial runs: the host's cores, 2 to 8 (8 where unknown)."""
+    return max(2, min(8, cores or 8))
+
+
 def data_wait(ev: dict[str, Any]) -> Finding | None:
     """The step waits for the loader's next batch."""
     share = ev.get("loader_wait_share")
     if share is None or share < DATA_WAIT:
         return None
+    pin = ", pin_memory=True" if ev.get("gpu") else ""
     return Finding("data_wait", float(share), {"loader_wait_share": share, "loader_wait_ms": ev.get("loader_wait_ms"),
                                                "num_workers": ev.get("loader_workers")},
-                   "DataLoader(dataset, batch_size=..., num_workers=8, pin_memory=True, persistent_workers=True)",
+                   f"DataLoader(dataset, batch_size=..., num_workers={suggested_workers(ev.get('cores'))}{pin}, "
+                   "persistent_workers=True)",
                    "05_data_overlap", f"the step waits {share:.0%} of its time for the next batch")
 
 

@@ -113,13 +113,14 @@ def loaders(loader: Any, device: torch.device) -> tuple[Any, Any]:
     and with workers, pinned memory (on a GPU) and persistent workers."""
     from ...measuring.device import usable_cores
     from ..dataloading import endless_loader
+    from .rules import suggested_workers
 
     if not isinstance(loader, torch.utils.data.DataLoader):
         raise TypeError("the loader is not a torch DataLoader: gpulab cannot add workers to it")
     same = dict(batch_size=loader.batch_size, collate_fn=loader.collate_fn, drop_last=loader.drop_last)
     given = endless_loader(loader.dataset, num_workers=loader.num_workers, pin_memory=loader.pin_memory,
                            prefetch_factor=loader.prefetch_factor, persistent_workers=loader.num_workers > 0, **same)
-    faster = endless_loader(loader.dataset, num_workers=max(2, min(8, usable_cores())),
+    faster = endless_loader(loader.dataset, num_workers=suggested_workers(usable_cores()),
                             pin_memory=device.type == "cuda", persistent_workers=True, **same)
     return given, faster
 
@@ -139,7 +140,7 @@ def loader_trial(loop: Loop, step_s: float, seconds: float) -> Any:
     with Feed(given, step, loop.device) as before, Feed(faster, step, loop.device) as after:
         return compare_feeds(before, after, 1, name="diagnose: data_wait", items=given.batch_size,
                              before_label=f"your loader ({workers(given.num_workers)})",
-                             after_label=f"{workers(faster.num_workers)}, pinned memory",
+                             after_label=workers(faster.num_workers) + (", pinned memory" if faster.pin_memory else ""),
                              min_time_s=plan["min_time_s"], window_s=plan["round_s"], rounds=plan["rounds"],
                              min_rounds=2, budget_s=seconds / 3,  # the last pair of rounds starts by then
                              max_window_s=2 * max(plan["min_time_s"], plan["round_s"]), progress=False)
@@ -172,7 +173,8 @@ def slower_reason(kind: str, ev: dict[str, Any]) -> str:
             "layout": "channels_last adds conversions around ops that have no NHWC kernel",
             "small_batch": "the GPU was already full: a bigger batch only costs memory",
             "optimizer": "the fused kernel's fixed cost outweighs the loop at this parameter count",
-            "data_wait": "starting workers and copying between processes cost more than the decode they hide",
+            "data_wait": "the workers share the host's cores with the step, and copying batches between processes "
+                         "costs more than the decode they hide",
             }.get(kind, "recompiles or graph breaks cost more than the fusion wins")
 
 
