@@ -282,19 +282,22 @@ def test_a_loader_feeds_the_step_and_its_wait_is_measured():
 def test_the_loader_trial_times_both_loaders_as_pipelines_on_endless_copies():
     """Timed step by step, a queue its workers filled while the other side ran made most steps look instant (53x
     from eight workers on the H200): both sides are pipelines, rates over whole windows on settled queues."""
+    from gpulab.measuring.device import usable_cores
+    from gpulab.tools.diagnosis.rules import suggested_workers
     from gpulab.tools.diagnosis.trials import Loop, loaders, measure
 
     model, opt, make_batch = _tiny()
+    cores = usable_cores()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*make_batch(8)), batch_size=4)
-    given, faster = loaders(loader, torch.device("cpu"))
+    given, faster = loaders(loader, torch.device("cpu"), suggested_workers(cores))
     assert (given.num_workers, faster.num_workers >= 2, faster.batch_size) == (0, True, 4)
     assert len(given.sampler) > 10**9  # endless: no epoch boundary restarts workers mid-window
     loop = Loop(model, opt, make_batch, F.cross_entropy, 4, torch.device("cpu"), loader)
-    gain, why, cmp = measure("data_wait", loop, {"step_ms": 1.0}, 3.0)
+    gain, why, cmp = measure("data_wait", loop, {"step_ms": 1.0, "cores": cores}, 3.0)
     assert gain is not None and cmp.before.pipeline and cmp.after.pipeline, why
     assert (cmp.before.label, cmp.after.label) == ("your loader (0 workers)", f"{faster.num_workers} workers")
     with pytest.raises(TypeError, match="not a torch DataLoader"):
-        loaders([(1, 2)], torch.device("cpu"))
+        loaders([(1, 2)], torch.device("cpu"), 2)
 
 
 def test_the_loader_fix_names_the_workers_its_trial_runs():

@@ -1,6 +1,6 @@
 """Notebook 05 (feeding the GPU): its claims as data, the functions that judge them (`check_*`, `record_the_rest`:
-the only ones that record), and its figures. Loaders are in `gpulab.tools.dataloading`, fed loops in `gpulab.tools.feeds`; the
-DataLoader settings are written in the notebook's cells. Nothing here times anything."""
+the only ones that record), and its figures. Loaders are in `gpulab.tools.dataloading`, fed loops in
+`gpulab.tools.feeds`; the DataLoader settings are written in the notebook's cells. Nothing here times anything."""
 from __future__ import annotations
 
 import tempfile

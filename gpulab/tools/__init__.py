@@ -1,1 +1,2 @@
-"""Layer 3, tools a user runs on their own loop: diagnose, tracker, traces, batch size, DataLoader, fed loops; imports measure, verdicts."""
+"""Layer 3, tools a user runs on their own loop: diagnose, tracker, traces, batch size, DataLoader, fed loops;
+imports measuring and verdicts."""

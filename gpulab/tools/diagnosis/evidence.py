@@ -145,7 +145,8 @@ def with_loader_wait(prof: dict[str, Any], wait: float) -> dict[str, Any]:
 
 def collect(step: Callable[[], Any], *, device: torch.device, model: torch.nn.Module | None = None,
             optimizer: torch.optim.Optimizer | None = None, batch_size: int | None = None,
-            feed: BatchSource | None = None, min_time_s: float = 0.3, tick: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+            feed: BatchSource | None = None, min_time_s: float = 0.3,
+            tick: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Every piece of evidence the rules read, from running `step` (its side effects are the caller's to undo)."""
 
     gpu = device.type == "cuda"

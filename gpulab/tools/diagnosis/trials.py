@@ -108,35 +108,34 @@ def pair(loop: Loop, kind: str) -> tuple[Callable[[], Any], Callable[[], Any], d
     return before, after, extra
 
 
-def loaders(loader: Any, device: torch.device) -> tuple[Any, Any]:
+def loaders(loader: Any, device: torch.device, workers: int) -> tuple[Any, Any]:
     """Endless copies of the user's DataLoader (one epoch's end would restart its workers mid-window): as given,
-    and with workers, pinned memory (on a GPU) and persistent workers."""
-    from ...measuring.device import usable_cores
+    and with `workers` workers, pinned memory (on a GPU) and persistent workers."""
     from ..dataloading import endless_loader
-    from .rules import suggested_workers
 
     if not isinstance(loader, torch.utils.data.DataLoader):
         raise TypeError("the loader is not a torch DataLoader: gpulab cannot add workers to it")
     same = dict(batch_size=loader.batch_size, collate_fn=loader.collate_fn, drop_last=loader.drop_last)
     given = endless_loader(loader.dataset, num_workers=loader.num_workers, pin_memory=loader.pin_memory,
                            prefetch_factor=loader.prefetch_factor, persistent_workers=loader.num_workers > 0, **same)
-    faster = endless_loader(loader.dataset, num_workers=suggested_workers(usable_cores()),
+    faster = endless_loader(loader.dataset, num_workers=workers,
                             pin_memory=device.type == "cuda", persistent_workers=True, **same)
     return given, faster
 
 
-def loader_trial(loop: Loop, step_s: float, seconds: float) -> Any:
+def loader_trial(loop: Loop, ev: dict[str, Any], seconds: float) -> Any:
     """The step fed by the user's loader against the same loader with workers and pinned memory, both timed as
     pipelines (`tools.feeds.compare_feeds`): each window starts on a settled queue and a rate is samples over a
     window's wall time. Timed step by step, a queue the workers filled while the other side ran made most steps
-    look instant (on the H200: 53x from eight workers)."""
+    look instant (on the H200: 53x from eight workers). The workers are those the finding's fix names."""
     from ..dataloading import workers
     from ..feeds import Feed, compare_feeds
+    from .rules import suggested_workers
 
-    given, faster = loaders(loop.loader, loop.device)
+    given, faster = loaders(loop.loader, loop.device, suggested_workers(ev.get("cores")))
     model = copy.deepcopy(loop.model)
     step = fed_step(model, new_optimizer(loop.optimizer, loop.model, model), loop.loss_fn)
-    plan = trial_plan(seconds, step_s)
+    plan = trial_plan(seconds, float(ev.get("step_ms") or 0.0) / 1e3)
     with Feed(given, step, loop.device) as before, Feed(faster, step, loop.device) as after:
         return compare_feeds(before, after, 1, name="diagnose: data_wait", items=given.batch_size,
                              before_label=f"your loader ({workers(given.num_workers)})",
@@ -199,7 +198,7 @@ def measure(kind: str, loop: Loop, ev: dict[str, Any], seconds: float) -> tuple[
     step_s = float(ev.get("step_ms") or 0.0) / 1e3
     try:
         if kind == "data_wait":
-            cmp = loader_trial(loop, step_s, seconds)
+            cmp = loader_trial(loop, ev, seconds)
         else:
             before, after, extra = pair(loop, kind)
             grown = extra.get("after_items", loop.batch_size) / loop.batch_size  # the fix's step does this much more
